@@ -1,0 +1,76 @@
+// cakemoe public API: BGMV MoE-LoRA prepared plan (shrink + expand). Contract:
+// ../shared/spec/bgmv.md. CPU tensors run the reference engine in the canonical FP32 order of
+// spec §3.2; CUDA tensors run the Cake path or the portable fallback (where built).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cakemoe/tensor.h"
+
+namespace cakemoe {
+namespace bgmv {
+
+struct BgmvOptions {
+  std::string backend = "cake";      ///< the only accepted value
+  bool fallback = true;              ///< false: inputs outside the Cake support set raise Unsupported
+  TensorView shrink_out;             ///< optional [S, P, R] weight dtype workspace
+  TensorView y_accum;                ///< optional [T, S*F] fp32 (Cake: may be a column slice)
+  std::optional<bool> grouped;       ///< unset: heuristic (spec §5)
+  std::optional<bool> order_remap;   ///< unset: heuristic (spec §6)
+};
+
+/// Shrink launch shape of the generic Cake variant: (form, splits) (spec §4.1).
+struct ShrinkLaunch {
+  int form = 0;
+  int splits = 1;
+};
+
+class BgmvPlan {
+ public:
+  class Impl;
+  BgmvPlan();
+  explicit BgmvPlan(std::shared_ptr<Impl> impl);
+
+  /// Computes y_accum from scratch (spec §2 rule 4) and returns it. No allocation after prepare.
+  TensorView run(Stream stream = nullptr);
+  /// Waits for pending replays and releases the captured graph; a later run() recaptures.
+  void close();
+
+  const std::string& backend_used() const;     ///< "cake", "portable" or "cpu_reference"
+  const std::string& variant() const;          ///< "generic" | "specialized" | "portable"
+  std::optional<ShrinkLaunch> shrink_launch() const;
+  bool grouped() const;
+  bool order_remap() const;
+  int pdl_mode() const;                        ///< 0 plain, 1 early, 2 late (spec §4.4)
+  std::optional<int> schedule_id() const;      ///< Cake: 0 t64, 1 t128; portable: none
+  const std::string& fallback_reason() const;  ///< empty unless the portable semantics were chosen
+  TensorView route_index() const;              ///< int32 workspace (Cake), else undefined
+  TensorView y_accum() const;
+  TensorView shrink_out() const;
+  TensorView x() const;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+/// x [T, H]; lora_a[s] [L, E, R, H]; lora_b[s] [L, E, F, R]; sorted_token_ids, expert_ids int64 [P];
+/// lora_indices int64 [T] (-1 = no LoRA); topk_weights fp32 [P].
+BgmvPlan prepare_bgmv_moe(const TensorView& x, const std::vector<TensorView>& lora_a_weights,
+                          const std::vector<TensorView>& lora_b_weights,
+                          const TensorView& sorted_token_ids, const TensorView& expert_ids,
+                          const TensorView& lora_indices, const TensorView& topk_weights,
+                          int64_t num_experts, const BgmvOptions& options = BgmvOptions());
+
+/// Receives each fallback warning once per distinct reason per process. Default: stderr.
+using WarningHook = std::function<void(const std::string& message)>;
+/// Installs `hook` (nullptr restores the default) and returns the previous one.
+WarningHook set_warning_hook(WarningHook hook);
+
+}  // namespace bgmv
+}  // namespace cakemoe

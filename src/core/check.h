@@ -1,0 +1,48 @@
+// Argument validation helpers. Each throws a typed error naming the argument and the rule.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "cakemoe/errors.h"
+#include "cakemoe/tensor.h"
+
+namespace cakemoe {
+namespace core {
+
+/// Throws InvalidArgument(arg, rule) unless `condition` holds.
+inline void require(bool condition, const std::string& arg, const std::string& rule) {
+  if (!condition) throw InvalidArgument(arg, rule);
+}
+
+/// Throws Unsupported(arg, rule) unless `condition` holds.
+inline void require_supported(bool condition, const std::string& arg, const std::string& rule) {
+  if (!condition) throw Unsupported(arg, rule);
+}
+
+/// `t` must be present.
+void check_defined(const TensorView& t, const std::string& arg);
+/// `t` must be absent.
+void check_absent(const TensorView& t, const std::string& arg, const std::string& why);
+/// dtype must be one of `allowed`.
+void check_dtype(const TensorView& t, const std::string& arg, std::initializer_list<DType> allowed);
+/// Exact shape; a -1 entry matches any size.
+void check_shape(const TensorView& t, const std::string& arg, std::initializer_list<int64_t> shape);
+/// ndim must equal `ndim`.
+void check_ndim(const TensorView& t, const std::string& arg, int ndim);
+/// Row-major contiguous.
+void check_contiguous(const TensorView& t, const std::string& arg);
+/// On `device`.
+void check_device(const TensorView& t, const std::string& arg, Device device);
+/// numel must be at least `min_numel` (workspace-style buffers).
+void check_min_numel(const TensorView& t, const std::string& arg, int64_t min_numel);
+/// Defined + dtype + contiguous + device in one call (the common case for operands).
+void check_operand(const TensorView& t, const std::string& arg, std::initializer_list<DType> allowed,
+                   Device device);
+
+/// "[4, 8]" for messages.
+std::string shape_string(std::initializer_list<int64_t> shape);
+
+}  // namespace core
+}  // namespace cakemoe
