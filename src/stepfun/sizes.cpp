@@ -24,8 +24,8 @@ void check_bound_args(int64_t num_tokens, int64_t top_k, int64_t num_experts, in
 
 int64_t max_ctas(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t tile) {
   check_bound_args(num_tokens, top_k, num_experts, tile);
-  // NOTE: spec §2.5: every non-empty expert costs one (possibly partial) tile; the pairs beyond one
-  // per expert can fill at most floor(rest / tile) further full tiles.
+  // NOTE: spec §2.5: each non-empty expert costs one (possibly partial) tile; the pairs beyond
+  // one per expert fill at most floor(rest / tile) further full tiles.
   const int64_t pairs = num_tokens * top_k;
   const int64_t rest = pairs > num_experts ? pairs - num_experts : 0;
   return (pairs < num_experts ? pairs : num_experts) + rest / tile;
