@@ -1,14 +1,37 @@
-# Kernel units: every src/**/inst/*.cu is one catalog entry. The file name says its arch:
-# `sm90_*` units are Hopper-only (sm_90a); all others are portable (sm_90a, sm_100a, sm_103a).
-# With CAKEMOE_KERNELS=ci only units whose name does not contain `_all_` are compiled, which keeps
-# the 2-core CI build short; the GPU script builds with CAKEMOE_KERNELS=all.
+# CUDA kernel units and the CUTLASS/CuTe headers they may use.
+
+# cakemoe_cutlass: interface target carrying the CUTLASS/CuTe include folders (as SYSTEM, so their
+# warnings stay quiet) and CAKEMOE_HAVE_CUTE=1 when the headers are there. Without them the target
+# is empty and code that needs CuTe must be guarded by CAKEMOE_HAVE_CUTE.
+function(cakemoe_add_cutlass_target)
+  add_library(cakemoe_cutlass INTERFACE)
+  if(EXISTS "${CAKEMOE_CUTLASS_DIR}/include/cute/tensor.hpp")
+    target_include_directories(cakemoe_cutlass SYSTEM INTERFACE
+                               "${CAKEMOE_CUTLASS_DIR}/include"
+                               "${CAKEMOE_CUTLASS_DIR}/tools/util/include")
+    target_compile_definitions(cakemoe_cutlass INTERFACE CAKEMOE_HAVE_CUTE=1)
+    message(STATUS "cakemoe: CUTLASS/CuTe headers from ${CAKEMOE_CUTLASS_DIR}")
+  else()
+    message(WARNING "cakemoe: no CUTLASS/CuTe headers at CAKEMOE_CUTLASS_DIR="
+                    "${CAKEMOE_CUTLASS_DIR} (expected include/cute/tensor.hpp). Run "
+                    "scripts/setup-deps.sh or point CAKEMOE_CUTLASS_DIR at a copy. Building on "
+                    "without CAKEMOE_HAVE_CUTE.")
+  endif()
+endfunction()
+
+# Kernel units: every src/**/inst/*.cu (and src/core/*.cu) is one catalog entry. The file name
+# says its arch: `sm90_*` units are Hopper-only (sm_90a); all others are portable (sm_90a,
+# sm_100a, sm_103a). With CAKEMOE_KERNELS=ci only units whose name does not contain `_all_` are
+# compiled, which keeps the 2-core CI build short; the GPU script builds with CAKEMOE_KERNELS=all.
 function(cakemoe_add_kernel_units target)
   file(GLOB_RECURSE _units CONFIGURE_DEPENDS
        ${PROJECT_SOURCE_DIR}/src/*/inst/*.cu ${PROJECT_SOURCE_DIR}/src/core/*.cu)
   set(_built "")
+  set(_skipped 0)
   foreach(_unit IN LISTS _units)
     get_filename_component(_name ${_unit} NAME_WE)
     if(CAKEMOE_KERNELS STREQUAL "ci" AND _name MATCHES "_all_")
+      math(EXPR _skipped "${_skipped} + 1")
       continue()
     endif()
     if(_name MATCHES "^sm90_")
@@ -20,11 +43,8 @@ function(cakemoe_add_kernel_units target)
     target_sources(${target} PRIVATE ${_unit})
     list(APPEND _built ${_name})
   endforeach()
-  if(EXISTS "${CAKEMOE_CUTLASS_DIR}/include/cute/tensor.hpp")
-    target_include_directories(${target} SYSTEM PRIVATE ${CAKEMOE_CUTLASS_DIR}/include
-                               ${CAKEMOE_CUTLASS_DIR}/tools/util/include)
-    target_compile_definitions(${target} PRIVATE CAKEMOE_HAVE_CUTE=1)
-  endif()
+  target_link_libraries(${target} PRIVATE cakemoe_cutlass)
   list(LENGTH _built _count)
-  message(STATUS "cakemoe: ${_count} CUDA kernel units (CAKEMOE_KERNELS=${CAKEMOE_KERNELS})")
+  message(STATUS "cakemoe: ${_count} CUDA kernel units, ${_skipped} left out "
+                 "(CAKEMOE_KERNELS=${CAKEMOE_KERNELS})")
 endfunction()

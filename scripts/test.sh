@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The test command: set up dependencies, configure and build everything, run the CPU tests, and
+# the GPU tests too when a CUDA device is present. CI runs this (via .ci/run).
+#
+#   scripts/test.sh [extra ctest arguments...]
+#
+# Environment: CAKEMOE_BUILD_DIR (default build), CAKEMOE_JOBS (default 2),
+# CAKEMOE_WITH_CUDA (default ON when nvcc is found), CAKEMOE_KERNELS (default ci).
+set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+build="${CAKEMOE_BUILD_DIR:-$CAKEMOE_ROOT/build}"
+jobs="${CAKEMOE_JOBS:-2}"
+start=$SECONDS
+
+bash "$CAKEMOE_ROOT/scripts/setup-deps.sh"
+cakemoe_cuda_path
+cakemoe_configure "$build" "${CAKEMOE_KERNELS:-ci}"
+cakemoe_build "$build" "$jobs"
+built=$SECONDS
+cakemoe_log "configure + build: $((built - start)) s"
+
+cd "$build"
+ctest -L cpu --output-on-failure -j "$jobs" --timeout 900 "$@"
+if [[ "$(cakemoe_with_cuda)" == ON ]] && cakemoe_has_gpu; then
+  # One GPU: run its tests one at a time.
+  ctest -L gpu --output-on-failure --timeout 900 "$@"
+else
+  cakemoe_log "no CUDA device (or a build without CUDA): GPU tests not run"
+fi
+cakemoe_log "tests: $((SECONDS - built)) s, total: $((SECONDS - start)) s"
