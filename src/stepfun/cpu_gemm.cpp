@@ -1,0 +1,78 @@
+#include "stepfun/cpu_gemm.h"
+
+#include "reference/stepfun/fc1.h"
+#include "reference/stepfun/fc2.h"
+
+namespace cakemoe {
+namespace stepfun {
+namespace ref = reference::stepfun;
+
+namespace {
+
+SfLayout layout_for_tile(int64_t tile) { return tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4; }
+
+ref::GemmTables tables_of(const TensorView& p2t, const TensorView& batch, const TensorView& limit,
+                          const TensorView& num_ctas, int64_t tile) {
+  ref::GemmTables t;
+  t.permuted_idx_to_token_idx = p2t.defined() ? p2t.ptr<int32_t>() : nullptr;
+  t.cta_idx_xy_to_batch_idx = batch.ptr<int32_t>();
+  t.cta_idx_xy_to_mn_limit = limit.ptr<int32_t>();
+  t.num_non_exiting_ctas = *num_ctas.ptr<int32_t>();  // host tensor: the live device scalar
+  t.tile = tile;
+  return t;
+}
+
+template <typename T>
+const T* optional_ptr(const TensorView& v) {
+  return v.defined() ? v.ptr<T>() : nullptr;
+}
+
+}  // namespace
+
+void cpu_fc1(const Fc1Args& a, const GemmDims& dims) {
+  ref::Fc1Problem p;
+  p.family = a.family;
+  p.num_tokens = a.hidden_states.shape[0];
+  p.hidden = dims.hidden;
+  p.intermediate = dims.intermediate;
+  p.num_experts = dims.num_local_experts;
+  p.hidden_states = a.hidden_states.data;
+  p.hidden_states_scale = optional_ptr<uint8_t>(a.hidden_states_scale);
+  p.per_token_scale = optional_ptr<float>(a.per_token_scale);
+  p.gemm1_weights = a.gemm1_weights.data;
+  p.gemm1_weights_scale = optional_ptr<uint8_t>(a.gemm1_weights_scale);
+  p.output1_scale_scalar = optional_ptr<float>(a.output1_scale_scalar);
+  p.output1_scale_gate_scalar = optional_ptr<float>(a.output1_scale_gate_scalar);
+  p.gemm1_clamp_limit = a.gemm1_clamp_limit.ptr<float>();
+  p.tables = tables_of(a.permuted_idx_to_token_idx, a.cta_idx_xy_to_batch_idx,
+                       a.cta_idx_xy_to_mn_limit, a.num_non_exiting_ctas, a.tile_tokens_dim);
+  p.gemm1_output = a.gemm1_output.data;
+  p.gemm1_output_scale = a.gemm1_output_scale.defined() ? a.gemm1_output_scale.ptr<uint8_t>()
+                                                        : nullptr;
+  p.output_scale_layout = layout_for_tile(a.tile_tokens_dim);
+  p.output_rows = a.gemm1_output.shape[0];
+  ref::fc1(p);
+}
+
+void cpu_fc2(const Fc2Args& a, const GemmDims& dims) {
+  ref::Fc2Problem p;
+  p.family = a.family;
+  p.hidden = dims.hidden;
+  p.intermediate = dims.intermediate;
+  p.num_experts = dims.num_local_experts;
+  p.gemm2_input = a.gemm2_input.data;
+  p.gemm2_input_scale = optional_ptr<uint8_t>(a.gemm2_input_scale);
+  p.input_scale_layout = layout_for_tile(a.tile_tokens_dim);
+  p.per_token_scale = optional_ptr<float>(a.per_token_scale);
+  p.gemm2_weights = a.gemm2_weights.data;
+  p.gemm2_weights_scale = optional_ptr<uint8_t>(a.gemm2_weights_scale);
+  p.output2_scale_scalar = optional_ptr<float>(a.output2_scale_scalar);
+  p.tables = tables_of(TensorView(), a.cta_idx_xy_to_batch_idx, a.cta_idx_xy_to_mn_limit,
+                       a.num_non_exiting_ctas, a.tile_tokens_dim);
+  p.gemm2_output = a.gemm2_output.ptr<uint16_t>();
+  p.rows = a.gemm2_output.shape[0];
+  ref::fc2(p);
+}
+
+}  // namespace stepfun
+}  // namespace cakemoe

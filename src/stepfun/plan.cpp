@@ -1,0 +1,86 @@
+// Plan selection (spec §8): the native tile window on the dense ladder, filtered by the catalog.
+#include <algorithm>
+#include <ostream>
+
+#include "cakemoe/errors.h"
+#include "cakemoe/stepfun.h"
+#include "core/check.h"
+#include "stepfun/catalog.h"
+
+namespace cakemoe {
+namespace stepfun {
+namespace {
+
+int64_t next_pow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+void validate_problem(const ProblemDesc& p) {
+  core::require(p.num_tokens > 0, "num_tokens", "must be > 0");
+  core::require(p.top_k > 0, "top_k", "must be > 0");
+  core::require(p.local_num_experts > 0, "local_num_experts", "must be > 0");
+  core::require(p.hidden_size > 0, "hidden_size", "must be > 0");
+  core::require(p.intermediate_size > 0 && p.intermediate_size % 64 == 0, "intermediate_size",
+                "must be a positive multiple of 64");
+}
+
+Plan make_plan(const ProblemDesc& p, int tile, const KernelUnit& fc1, const KernelUnit& fc2,
+               Arch arch) {
+  Plan plan;
+  plan.family = p.family;
+  plan.tile = tile;
+  plan.fc1_kernel = fc1.name;
+  plan.fc2_kernel = fc2.name;
+  plan.act_sf_layout = tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
+  const KernelUnit* routing = find_unit(Stage::kRouting, p.family, tile, arch);
+  const KernelUnit* finalize = find_unit(Stage::kFinalize, p.family, tile, arch);
+  plan.routing_variant = std::string(routing ? routing->name : "none") +
+                         (p.logits_input ? "_logits" : "_topk_ids");
+  plan.finalize_variant = finalize ? finalize->name : "none";
+  return plan;
+}
+
+}  // namespace
+
+std::vector<Plan> plans_for(const ProblemDesc& problem) {
+  validate_problem(problem);
+  const Arch arch = arch_of(problem.device);
+  const std::vector<int>& ladder = tile_ladder();
+  // Native rule (computeSelectedTileN): center = clamp(nextPow2(ceil(T*K / E_loc)), ladder).
+  const int64_t pairs = problem.num_tokens * problem.top_k;
+  const int64_t avg = (pairs + problem.local_num_experts - 1) / problem.local_num_experts;
+  const int64_t center = std::clamp<int64_t>(next_pow2(avg), ladder.front(), ladder.back());
+  const auto center_it = std::find(ladder.begin(), ladder.end(), static_cast<int>(center));
+  const int64_t c = center_it - ladder.begin();
+  std::vector<Plan> plans;
+  for (int64_t i = c - 1; i <= c + 2; ++i) {  // {prev, center, next, next^2} ∩ ladder
+    if (i < 0 || i >= static_cast<int64_t>(ladder.size())) continue;
+    const int tile = ladder[i];
+    const KernelUnit* fc1 = find_unit(Stage::kFc1, problem.family, tile, arch);
+    const KernelUnit* fc2 = find_unit(Stage::kFc2, problem.family, tile, arch);
+    if (fc1 && fc2) plans.push_back(make_plan(problem, tile, *fc1, *fc2, arch));
+  }
+  return plans;
+}
+
+Plan default_plan(const ProblemDesc& problem) {
+  std::vector<Plan> plans = plans_for(problem);
+  if (plans.empty()) {
+    throw Unsupported("family", std::string("no kernel units for family ") +
+                                    family_name(problem.family) +
+                                    " on this device in the tile ladder 8..256");
+  }
+  return plans.front();
+}
+
+std::ostream& operator<<(std::ostream& os, const Plan& plan) {
+  return os << "Plan{family=" << family_name(plan.family) << ", tile=" << plan.tile
+            << ", fc1=" << plan.fc1_kernel << ", fc2=" << plan.fc2_kernel
+            << ", act_sf=" << sf_layout_name(plan.act_sf_layout)
+            << ", routing=" << plan.routing_variant << ", finalize=" << plan.finalize_variant << "}";
+}
+
+}  // namespace stepfun
+}  // namespace cakemoe

@@ -1,0 +1,46 @@
+// Argument validation of every StepFun entry point (spec §9.3). Each function checks everything
+// before anything is written and returns the dimensions it derived.
+#pragma once
+
+#include <cstdint>
+
+#include "cakemoe/stepfun.h"
+
+namespace cakemoe {
+namespace stepfun {
+
+/// Dimensions shared by the GEMM stages, derived from the weight views (spec §4.2).
+struct GemmDims {
+  int64_t num_local_experts = 0;  ///< E_loc
+  int64_t hidden = 0;             ///< H
+  int64_t intermediate = 0;       ///< I
+};
+
+struct RoutingDims {
+  int64_t num_tokens = 0;
+  bool logits_input = true;
+  bool logits_fp32 = false;
+  bool weights_fp32 = false;  ///< precomputed weights dtype
+  Device device;
+};
+
+RoutingDims validate_routing(const RoutingArgs& args);
+GemmDims validate_fc1(const Fc1Args& args);
+/// Returns the number of rows of the requant input.
+int64_t validate_requant(const RequantArgs& args);
+GemmDims validate_fc2(const Fc2Args& args);
+/// Returns H.
+int64_t validate_finalize(const FinalizeArgs& args);
+
+/// Table sizes of spec §2.5 for the expert count given (routing: global E; GEMM stages: E_loc).
+struct TableSizes {
+  int64_t max_ctas = 0;
+  int64_t max_padded = 0;
+};
+TableSizes table_sizes(int64_t num_tokens, int64_t top_k, int64_t local_num_experts, int64_t tile);
+
+/// Bytes of the FC1-output / requant-output scale buffer in `layout` (nvfp4: I/16, mxfp8: I/32 cols).
+int64_t act_scale_bytes(Family family, SfLayout layout, int64_t rows, int64_t intermediate);
+
+}  // namespace stepfun
+}  // namespace cakemoe
