@@ -55,8 +55,10 @@ void softmax_weights(const float* selected, int64_t top_k, double routed_scaling
   const float m = selected[0];
   float sum = 0.0f;
   for (int64_t k = 0; k < top_k; ++k) {
-    // NOTE: std::exp(float) is libm expf; GPU routers must reproduce its bits (decisions doc).
-    weights[k] = std::exp(selected[k] - m);
+    // NOTE: e_k is the correctly rounded fp32 exp of the fp32 difference, evaluated through
+    // double so that neither side depends on an expf's last ulp (docs/decisions/routing.md).
+    const float x = selected[k] - m;
+    weights[k] = static_cast<float>(std::exp(static_cast<double>(x)));
     sum = sum + weights[k];  // sequential k order, one fp32 rounding per add
   }
   const bool scaled = routed_scaling_factor != 1.0;

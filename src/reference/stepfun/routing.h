@@ -37,7 +37,9 @@ uint32_t logit_key_bf16(uint16_t bits);
 void select_topk(const uint32_t* keys, int64_t num_experts, int64_t top_k, int32_t* ids);
 
 /// Renormalize weights of one token: `selected` holds the K chosen logits (fp32, descending);
-/// writes the fp32 weights before the bf16 cast (spec §2.2 step 3, deviation 4 for `scale`).
+/// writes the fp32 weights before the bf16 cast (spec §2.2 step 3, deviation 4 for `scale`):
+///   m = selected[0]; e_k = fp32(exp(double(s_k - m))); sum = e_0 + e_1 + ... (fp32, in k order);
+///   w_k = e_k / sum; w_k = w_k * float(scale) only when scale != 1.
 void softmax_weights(const float* selected, int64_t top_k, double routed_scaling_factor,
                      float* weights);
 
