@@ -12,7 +12,7 @@
 namespace cakemoe {
 namespace formats {
 
-// ---- Bit casts --------------------------------------------------------------------------------
+// ---- Bit casts ----------------------------------------------------------------------------------
 
 CAKEMOE_HD uint32_t float_to_bits(float x) {
 #if defined(__CUDA_ARCH__)
@@ -34,7 +34,7 @@ CAKEMOE_HD float bits_to_float(uint32_t bits) {
 #endif
 }
 
-// ---- Correctly rounded arithmetic (identical bits on host and device) -------------------------
+// ---- Correctly rounded arithmetic (identical bits on host and device) ---------------------------
 // NOTE: device intrinsics are used so nvcc never contracts a*b+c into an fma; host code is built
 // with -ffp-contract=off. Device code calling these must not be built with -ftz / fast math.
 
@@ -81,7 +81,7 @@ CAKEMOE_HD float max_ignore_nan(float a, float b) {
   return a > b ? a : b;
 }
 
-// ---- Internal: round-to-nearest-even right shift of an unsigned integer ------------------------
+// ---- Internal: round-to-nearest-even right shift of an unsigned integer -------------------------
 
 /// value >> shift rounded to nearest, ties to even (shift in [1, 31]).
 CAKEMOE_HD uint32_t shift_right_rne(uint32_t value, int shift) {
@@ -136,7 +136,7 @@ CAKEMOE_HD float fp16_to_float(uint16_t h) {
   return bits_to_float(sign | float_to_bits(magnitude));
 }
 
-// ---- e4m3 (float8_e4m3fn: bias 7, no inf, NaN = S.1111.111, max 448) ---------------------------
+// ---- e4m3 (float8_e4m3fn: bias 7, no inf, NaN = S.1111.111, max 448) ----------------------------
 
 constexpr float kE4m3Max = 448.0f;
 
@@ -190,7 +190,7 @@ CAKEMOE_HD float ue8m0_to_float(uint8_t code) {
   return bits_to_float(uint32_t(code) << 23);
 }
 
-// ---- e2m1 (fp4: sign<<3 | magnitude code; magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}) --------------
+// ---- e2m1 (fp4: sign<<3 | magnitude code; magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}) ---------------
 
 constexpr float kE2m1Max = 6.0f;
 
@@ -219,7 +219,7 @@ CAKEMOE_HD uint8_t e2m1_from_float(float x) {
 /// 4-bit e2m1 code (low nibble of `code`) -> fp32 (exact).
 CAKEMOE_HD float e2m1_to_float(uint8_t code) {
   const uint32_t mag = code & 0x7u;
-  // Magnitude code m = (exp << 1) | mant: exp 0 is subnormal (0, 0.5), else 2^(exp-1) * (1 + mant/2).
+  // Magnitude code (exp << 1) | mant: exp 0 is subnormal (0, 0.5), else 2^(exp-1) * (1 + mant/2).
   const uint32_t exp = mag >> 1;
   const uint32_t mant = mag & 1u;
   const uint32_t abs = exp == 0 ? (mant ? 0x3F000000u : 0u) : (((exp + 126u) << 23) | (mant << 22));

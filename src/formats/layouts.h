@@ -15,7 +15,7 @@ namespace formats {
 constexpr int kShuffleBlockRows = 32;  ///< §4.4 (b): rows permuted within aligned blocks of 32
 constexpr int kBlockMajorK = 64;       ///< §4.4 (d): bk = 128 bytes = 64 bf16 elements
 
-// ---- (a) gated interleave of W1 rows [up; gate] -> [up0, gate0, up1, gate1, ...] -----------------
+// ---- (a) gated interleave of W1 rows [up; gate] -> [up0, gate0, up1, gate1, ...] ----------------
 
 /// Destination row of logical W1 row `logical_row` in [0, 2I).
 CAKEMOE_HD int64_t gated_interleave_dst_row(int64_t logical_row, int64_t I) {
@@ -27,7 +27,7 @@ CAKEMOE_HD int64_t gated_interleave_src_row(int64_t dst_row, int64_t I) {
   return (dst_row & 1) ? I + (dst_row >> 1) : (dst_row >> 1);
 }
 
-// ---- (b) shuffle for the transposed-MMA epilogue (srcToDstBlk32RowMap) ---------------------------
+// ---- (b) shuffle for the transposed-MMA epilogue (srcToDstBlk32RowMap) --------------------------
 
 /// Offset inside a 32-row block where source offset `s` moves: 8*(s%4) + s/4.
 CAKEMOE_HD int shuffle32_dst_offset(int s) { return 8 * (s % 4) + s / 4; }
@@ -45,7 +45,7 @@ CAKEMOE_HD int64_t shuffle32_src_row(int64_t row) {
          shuffle32_src_offset(static_cast<int>(row % kShuffleBlockRows));
 }
 
-// ---- Composite row maps of the weight views ----------------------------------------------------
+// ---- Composite row maps of the weight views -----------------------------------------------------
 
 /// Physical W1 row of logical row `logical_row` ((a) then (b)); requires I % 16 == 0.
 CAKEMOE_HD int64_t w1_physical_row(int64_t logical_row, int64_t I) {
@@ -110,14 +110,14 @@ CAKEMOE_HD int64_t sf_size(stepfun::SfLayout layout, int64_t rows, int64_t num_c
   }
 }
 
-// ---- (d) BlockMajorK -----------------------------------------------------------------------------
+// ---- (d) BlockMajorK ----------------------------------------------------------------------------
 
 /// Element offset of (m, k) of a row-major [M, K] bf16 matrix viewed as [K/64, M, 64].
 CAKEMOE_HD int64_t block_major_k_offset(int64_t m, int64_t k, int64_t M) {
   return ((k / kBlockMajorK) * M + m) * kBlockMajorK + (k % kBlockMajorK);
 }
 
-// ---- Host whole-matrix transforms ----------------------------------------------------------------
+// ---- Host whole-matrix transforms ---------------------------------------------------------------
 // Batched over experts is the caller's loop: weights have a per-expert stride of rows*row_bytes,
 // 128x4 SFs of sf_size_128x4(rows, C), r8c4 SFs of sf_size_r8c4(rows, C).
 

@@ -126,7 +126,7 @@ CAKEMOE_HD float fp8_dequantize(uint8_t q, float global_decode) {
   return mul_rn(e4m3_to_float(q), global_decode);
 }
 
-// ---- Host whole-matrix helpers (row-major float [rows, cols]; SFs in linear layout) ------------
+// ---- Host whole-matrix helpers (row-major float [rows, cols]; SFs in linear layout) -------------
 // Every helper validates its arguments (cols % block == 0, rows >= 0, non-null pointers) and
 // throws cakemoe::InvalidArgument before writing. Batched tensors are the caller's loop.
 

@@ -38,10 +38,9 @@ struct Grid {
   /// Nearest grid code of |v|, ties to the even code.
   uint32_t round_magnitude(double v) const {
     if (v >= points.back().first) return points.back().second;
-    auto hi = std::upper_bound(points.begin(), points.end(), v,
-                               [](double a, const std::pair<double, uint32_t>& p) {
-                                 return a < p.first;
-                               });
+    auto hi = std::upper_bound(
+        points.begin(), points.end(), v,
+        [](double a, const std::pair<double, uint32_t>& p) { return a < p.first; });
     auto lo = hi - 1;
     if (lo->first == v) return lo->second;
     const double dlo = v - lo->first;
@@ -56,7 +55,8 @@ struct Grid {
 inline const Grid& e4m3_grid() {
   static const Grid grid = [] {
     Grid g;
-    for (uint32_t c = 0; c <= 0x7E; ++c) g.points.push_back({minifloat_value(c >> 3, c & 7, 3, 7), c});
+    for (uint32_t c = 0; c <= 0x7E; ++c)
+      g.points.push_back({minifloat_value(c >> 3, c & 7, 3, 7), c});
     return g;
   }();
   return grid;
@@ -76,7 +76,8 @@ inline const Grid& e2m1_grid() {
 inline const Grid& fp16_grid() {
   static const Grid grid = [] {
     Grid g;
-    for (uint32_t c = 0; c < 0x7C00; ++c) g.points.push_back({minifloat_value(c >> 10, c & 0x3FF, 10, 15), c});
+    for (uint32_t c = 0; c < 0x7C00; ++c)
+      g.points.push_back({minifloat_value(c >> 10, c & 0x3FF, 10, 15), c});
     g.points.push_back({65536.0, 0x7C00});
     return g;
   }();
@@ -87,7 +88,8 @@ inline const Grid& fp16_grid() {
 inline const Grid& bf16_grid() {
   static const Grid grid = [] {
     Grid g;
-    for (uint32_t c = 0; c < 0x7F80; ++c) g.points.push_back({minifloat_value(c >> 7, c & 0x7F, 7, 127), c});
+    for (uint32_t c = 0; c < 0x7F80; ++c)
+      g.points.push_back({minifloat_value(c >> 7, c & 0x7F, 7, 127), c});
     g.points.push_back({std::ldexp(1.0, 128), 0x7F80});
     return g;
   }();

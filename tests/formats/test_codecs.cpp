@@ -48,7 +48,7 @@ std::vector<float> probes(const formats_test::Grid& grid, uint64_t seed, int ran
   return out;
 }
 
-// ---- e4m3 ----------------------------------------------------------------------------------
+// ---- e4m3 ---------------------------------------------------------------------------------------
 
 TEST(E4m3, DecodeAllCodesMatchesFormula) {
   for (int c = 0; c < 256; ++c) {
@@ -62,9 +62,9 @@ TEST(E4m3, DecodeAllCodesMatchesFormula) {
     }
   }
   EXPECT_EQ(e4m3_to_float(0x7E), 448.0f);
-  EXPECT_EQ(e4m3_to_float(0x01), std::ldexp(1.0f, -9));   // smallest subnormal
+  EXPECT_EQ(e4m3_to_float(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
   EXPECT_EQ(e4m3_to_float(0x07), 7 * std::ldexp(1.0f, -9));
-  EXPECT_EQ(e4m3_to_float(0x08), std::ldexp(1.0f, -6));   // smallest normal
+  EXPECT_EQ(e4m3_to_float(0x08), std::ldexp(1.0f, -6));  // smallest normal
   EXPECT_EQ(e4m3_to_float(0x38), 1.0f);
 }
 
@@ -76,23 +76,23 @@ TEST(E4m3, AllCodesRoundTrip) {
 }
 
 TEST(E4m3, TiesSaturationNaNSubnormals) {
-  EXPECT_EQ(e4m3_from_float(17.0f), 0x58);   // 16 | 18: tie -> 16 (even mantissa 0)
-  EXPECT_EQ(e4m3_from_float(19.0f), 0x5A);   // 18 | 20: tie -> 20 (mantissa 2)
-  EXPECT_EQ(e4m3_from_float(1.0625f), 0x38); // 1 | 1.125: tie -> 1
-  EXPECT_EQ(e4m3_from_float(-1.1875f), 0xBA); // -(1.125 | 1.25): tie -> -1.25 (mantissa 2)
-  EXPECT_EQ(e4m3_from_float(464.0f), 0x7E);  // tie 448 | 480 would pick 480: satfinite 448
+  EXPECT_EQ(e4m3_from_float(17.0f), 0x58);     // 16 | 18: tie -> 16 (even mantissa 0)
+  EXPECT_EQ(e4m3_from_float(19.0f), 0x5A);     // 18 | 20: tie -> 20 (mantissa 2)
+  EXPECT_EQ(e4m3_from_float(1.0625f), 0x38);   // 1 | 1.125: tie -> 1
+  EXPECT_EQ(e4m3_from_float(-1.1875f), 0xBA);  // -(1.125 | 1.25): tie -> -1.25 (mantissa 2)
+  EXPECT_EQ(e4m3_from_float(464.0f), 0x7E);    // tie 448 | 480 would pick 480: satfinite 448
   EXPECT_EQ(e4m3_from_float(1e30f), 0x7E);
   EXPECT_EQ(e4m3_from_float(-1e30f), 0xFE);
   EXPECT_EQ(e4m3_from_float(kInf), 0x7E);
   EXPECT_EQ(e4m3_from_float(-kInf), 0xFE);
   EXPECT_EQ(e4m3_from_float(kNaN), 0x7F);
   EXPECT_EQ(e4m3_from_float(-kNaN), 0xFF);
-  EXPECT_EQ(e4m3_from_float(std::ldexp(1.0f, -10)), 0x00);      // half the min subnormal: tie -> 0
+  EXPECT_EQ(e4m3_from_float(std::ldexp(1.0f, -10)), 0x00);  // half the min subnormal: tie -> 0
   EXPECT_EQ(e4m3_from_float(std::nextafter(std::ldexp(1.0f, -10), 1.0f)), 0x01);
-  EXPECT_EQ(e4m3_from_float(3 * std::ldexp(1.0f, -10)), 0x02);  // 1 | 2 (x 2^-9): tie -> 2
-  EXPECT_EQ(e4m3_from_float(15 * std::ldexp(1.0f, -10)), 0x08); // 7 | 8: tie -> 8 = min normal
+  EXPECT_EQ(e4m3_from_float(3 * std::ldexp(1.0f, -10)), 0x02);   // 1 | 2 (x 2^-9): tie -> 2
+  EXPECT_EQ(e4m3_from_float(15 * std::ldexp(1.0f, -10)), 0x08);  // 7 | 8: tie -> 8 = min normal
   EXPECT_EQ(e4m3_from_float(-0.0f), 0x80);
-  EXPECT_EQ(e4m3_from_float(1e-45f), 0x00);                     // fp32 subnormal
+  EXPECT_EQ(e4m3_from_float(1e-45f), 0x00);  // fp32 subnormal
 }
 
 TEST(E4m3, MatchesNearestGridSearch) {
@@ -101,7 +101,7 @@ TEST(E4m3, MatchesNearestGridSearch) {
   }
 }
 
-// ---- e2m1 ------------------------------------------------------------------------------------
+// ---- e2m1 ---------------------------------------------------------------------------------------
 
 TEST(E2m1, DecodeAll16Codes) {
   const float table[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
@@ -124,11 +124,11 @@ TEST(E2m1, TiesSaturationNaN) {
   EXPECT_EQ(e2m1_from_float(-5.0f), 0xE);
   EXPECT_EQ(e2m1_from_float(std::nextafter(0.25f, 1.0f)), 0x1);
   EXPECT_EQ(e2m1_from_float(std::nextafter(5.0f, 6.0f)), 0x7);
-  EXPECT_EQ(e2m1_from_float(7.0f), 0x7);   // satfinite
+  EXPECT_EQ(e2m1_from_float(7.0f), 0x7);  // satfinite
   EXPECT_EQ(e2m1_from_float(-1e9f), 0xF);
   EXPECT_EQ(e2m1_from_float(kInf), 0x7);
   EXPECT_EQ(e2m1_from_float(-kInf), 0xF);
-  EXPECT_EQ(e2m1_from_float(kNaN), 0x7);   // PTX cvt.rn.satfinite.e2m1x2: NaN -> +MAXNORM
+  EXPECT_EQ(e2m1_from_float(kNaN), 0x7);  // PTX cvt.rn.satfinite.e2m1x2: NaN -> +MAXNORM
   EXPECT_EQ(e2m1_from_float(-kNaN), 0x7);
   EXPECT_EQ(e2m1_from_float(-0.1f), 0x8);  // sign kept on underflow to zero
 }
@@ -146,11 +146,12 @@ TEST(E2m1, PackPutsEvenElementInLowNibble) {
   EXPECT_EQ(e2m1x2_unpack(0xA3, 1), 0xA);
 }
 
-// ---- ue8m0 -----------------------------------------------------------------------------------
+// ---- ue8m0 --------------------------------------------------------------------------------------
 
 TEST(Ue8m0, DecodeAllCodes) {
   for (int c = 0; c < 255; ++c) {
-    EXPECT_EQ(static_cast<double>(ue8m0_to_float(static_cast<uint8_t>(c))), std::ldexp(1.0, c - 127))
+    EXPECT_EQ(static_cast<double>(ue8m0_to_float(static_cast<uint8_t>(c))),
+              std::ldexp(1.0, c - 127))
         << "code " << c;
     EXPECT_EQ(ue8m0_from_float_round_up(ue8m0_to_float(static_cast<uint8_t>(c))), c) << c;
   }
@@ -161,7 +162,7 @@ TEST(Ue8m0, RoundUpEdges) {
   EXPECT_EQ(ue8m0_from_float_round_up(1.0f), 127);
   EXPECT_EQ(ue8m0_from_float_round_up(std::nextafter(1.0f, 2.0f)), 128);
   EXPECT_EQ(ue8m0_from_float_round_up(std::nextafter(1.0f, 0.0f)), 127);
-  EXPECT_EQ(ue8m0_from_float_round_up(0.2232f), 125);              // -> 0.25
+  EXPECT_EQ(ue8m0_from_float_round_up(0.2232f), 125);  // -> 0.25
   EXPECT_EQ(ue8m0_from_float_round_up(std::ldexp(1.0f, -127)), 0);
   EXPECT_EQ(ue8m0_from_float_round_up(std::nextafter(std::ldexp(1.0f, -127), 1.0f)), 1);
   EXPECT_EQ(ue8m0_from_float_round_up(std::ldexp(1.0f, -126)), 1);
@@ -184,10 +185,11 @@ TEST(Ue8m0, MatchesSmallestPowerOfTwoSearch) {
     const float p = std::ldexp(1.0f, e);
     for (float v : {p, std::nextafter(p, 0.0f), std::nextafter(p, kInf)}) xs.push_back(v);
   }
-  for (float x : xs) ASSERT_EQ(ue8m0_from_float_round_up(x), formats_test::ref_ue8m0_round_up(x)) << x;
+  for (float x : xs)
+    ASSERT_EQ(ue8m0_from_float_round_up(x), formats_test::ref_ue8m0_round_up(x)) << x;
 }
 
-// ---- bf16 / fp16 -----------------------------------------------------------------------------
+// ---- bf16 / fp16 --------------------------------------------------------------------------------
 
 TEST(Bf16, AllPatternsDecodeEncodeIdentity) {
   for (uint32_t b = 0; b < 65536; ++b) {
@@ -211,14 +213,15 @@ TEST(Bf16, TiesOverflowNaN) {
   EXPECT_EQ(bf16_from_float(std::numeric_limits<float>::max()), 0x7F80);
   EXPECT_EQ(bf16_from_float(-kInf), 0xFF80);
   EXPECT_EQ(bf16_from_float(-kNaN) & 0xFFC0, 0xFFC0);
-  EXPECT_EQ(bf16_from_float(float_of(0x7F800001u)), 0x7FC0);            // signalling -> quiet
-  EXPECT_EQ(bf16_from_float(float_of(0x00008000u)), 0x0000);            // subnormal tie -> even
+  EXPECT_EQ(bf16_from_float(float_of(0x7F800001u)), 0x7FC0);  // signalling -> quiet
+  EXPECT_EQ(bf16_from_float(float_of(0x00008000u)), 0x0000);  // subnormal tie -> even
   EXPECT_EQ(bf16_from_float(float_of(0x00018000u)), 0x0002);
 }
 
 TEST(Bf16, MatchesNearestGridSearch) {
   for (float x : probes(formats_test::bf16_grid(), 14, 100000)) {
-    ASSERT_EQ(bf16_from_float(x), formats_test::round_signed(formats_test::bf16_grid(), x, 15)) << x;
+    ASSERT_EQ(bf16_from_float(x), formats_test::round_signed(formats_test::bf16_grid(), x, 15))
+        << x;
   }
 }
 
@@ -241,14 +244,14 @@ TEST(Fp16, AllPatternsDecodeEncodeIdentity) {
 TEST(Fp16, TiesSubnormalsOverflowNaN) {
   EXPECT_EQ(fp16_from_float(1.0f + std::ldexp(1.0f, -11)), 0x3C00);
   EXPECT_EQ(fp16_from_float(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);
-  EXPECT_EQ(fp16_from_float(std::ldexp(1.0f, -25)), 0x0000);       // half min subnormal: tie -> 0
+  EXPECT_EQ(fp16_from_float(std::ldexp(1.0f, -25)), 0x0000);  // half min subnormal: tie -> 0
   EXPECT_EQ(fp16_from_float(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
   EXPECT_EQ(fp16_from_float(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(fp16_from_float(3 * std::ldexp(1.0f, -25)), 0x0002);   // 1 | 2: tie -> 2
+  EXPECT_EQ(fp16_from_float(3 * std::ldexp(1.0f, -25)), 0x0002);      // 1 | 2: tie -> 2
   EXPECT_EQ(fp16_from_float(-2047 * std::ldexp(1.0f, -25)), 0x8400);  // carries to min normal
   EXPECT_EQ(fp16_from_float(65504.0f), 0x7BFF);
   EXPECT_EQ(fp16_from_float(65519.0f), 0x7BFF);
-  EXPECT_EQ(fp16_from_float(65520.0f), 0x7C00);                    // tie -> even = inf
+  EXPECT_EQ(fp16_from_float(65520.0f), 0x7C00);  // tie -> even = inf
   EXPECT_EQ(fp16_from_float(-1e10f), 0xFC00);
   EXPECT_EQ(fp16_from_float(kInf), 0x7C00);
   EXPECT_EQ(fp16_from_float(kNaN) & 0x7E00, 0x7E00);
@@ -257,11 +260,12 @@ TEST(Fp16, TiesSubnormalsOverflowNaN) {
 
 TEST(Fp16, MatchesNearestGridSearch) {
   for (float x : probes(formats_test::fp16_grid(), 15, 100000)) {
-    ASSERT_EQ(fp16_from_float(x), formats_test::round_signed(formats_test::fp16_grid(), x, 15)) << x;
+    ASSERT_EQ(fp16_from_float(x), formats_test::round_signed(formats_test::fp16_grid(), x, 15))
+        << x;
   }
 }
 
-// ---- arithmetic helpers ------------------------------------------------------------------------
+// ---- arithmetic helpers -------------------------------------------------------------------------
 
 TEST(Arithmetic, CorrectlyRoundedHelpers) {
   std::mt19937 rng(16);

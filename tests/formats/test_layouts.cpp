@@ -34,7 +34,7 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
   return out;
 }
 
-// ---- (b) shuffle32 ---------------------------------------------------------------------------
+// ---- (b) shuffle32 ------------------------------------------------------------------------------
 
 TEST(Shuffle32, MatchesSrcToDstBlk32RowMap) {
   const int want[32] = {0, 8,  16, 24, 1, 9,  17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
@@ -57,7 +57,7 @@ TEST(Shuffle32, BijectionAndInverse) {
   }
 }
 
-// ---- (a) gated interleave and the W1 composite ----------------------------------------------
+// ---- (a) gated interleave and the W1 composite --------------------------------------------------
 
 TEST(GatedInterleave, HandRowsAndInverse) {
   const int64_t I = 48;
@@ -65,7 +65,8 @@ TEST(GatedInterleave, HandRowsAndInverse) {
   EXPECT_EQ(gated_interleave_dst_row(I, I), 1);       // gate_0
   EXPECT_EQ(gated_interleave_dst_row(5, I), 10);      // up_5
   EXPECT_EQ(gated_interleave_dst_row(I + 5, I), 11);  // gate_5
-  EXPECT_TRUE(is_permutation_of_range(2 * I, [&](int64_t r) { return gated_interleave_dst_row(r, I); }));
+  EXPECT_TRUE(
+      is_permutation_of_range(2 * I, [&](int64_t r) { return gated_interleave_dst_row(r, I); }));
   for (int64_t r = 0; r < 2 * I; ++r) {
     EXPECT_EQ(gated_interleave_src_row(gated_interleave_dst_row(r, I), I), r);
   }
@@ -105,7 +106,7 @@ TEST(W1Composite, RowMapsAndValidation) {
   EXPECT_THROW(invert_row_map({0, 0, 1}), InvalidArgument);
 }
 
-// ---- (c) 128x4, (e) r8c4, linear -------------------------------------------------------------
+// ---- (c) 128x4, (e) r8c4, linear ----------------------------------------------------------------
 
 TEST(SfLayouts, HandOffsets) {
   const int64_t C = 12;  // 3 groups of 4 columns
@@ -135,7 +136,8 @@ TEST(SfLayouts, MatchKernelViewStrides) {
   const int64_t rows = 256, C = 10, Cb = (C + 3) / 4;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < C; ++c) {
-      const int64_t view128 = (((r / 128 * Cb + c / 4) * 32 + r % 32) * 4 + r % 128 / 32) * 4 + c % 4;
+      const int64_t view128 =
+          (((r / 128 * Cb + c / 4) * 32 + r % 32) * 4 + r % 128 / 32) * 4 + c % 4;
       const int64_t view8 = ((r / 8 * Cb + c / 4) * 8 + r % 8) * 4 + c % 4;
       ASSERT_EQ(sf_offset_128x4(r, c, C), view128) << r << "," << c;
       ASSERT_EQ(sf_offset_r8c4(r, c, C), view8) << r << "," << c;
@@ -150,9 +152,9 @@ TEST(SfLayouts, BijectionOverPaddedRange) {
       const int64_t padded_cols = layout == SfLayout::kLinear ? C : (C + 3) / 4 * 4;
       const int64_t n = sf_size(layout, rows, C);
       ASSERT_EQ(n, rows * padded_cols);
-      EXPECT_TRUE(is_permutation_of_range(n, [&](int64_t i) {
-        return sf_offset(layout, i / padded_cols, i % padded_cols, C);
-      })) << sf_layout_name(layout) << " C=" << C;
+      EXPECT_TRUE(is_permutation_of_range(
+          n, [&](int64_t i) { return sf_offset(layout, i / padded_cols, i % padded_cols, C); }))
+          << sf_layout_name(layout) << " C=" << C;
     }
   }
 }
@@ -174,21 +176,20 @@ TEST(SfLayouts, SwizzleRoundTripAndZeroPadding) {
   EXPECT_THROW(swizzle_sf(SfLayout::kR8C4, nullptr, 2, 2), InvalidArgument);
 }
 
-// ---- (d) BlockMajorK ---------------------------------------------------------------------------
+// ---- (d) BlockMajorK ----------------------------------------------------------------------------
 
 TEST(BlockMajorK, HandOffsetsAndRoundTrip) {
   EXPECT_EQ(block_major_k_offset(1, 0, 3), 64);
   EXPECT_EQ(block_major_k_offset(0, 64, 3), 192);
   EXPECT_EQ(block_major_k_offset(2, 65, 3), (1 * 3 + 2) * 64 + 1);
   const int64_t M = 24, K = 192;
-  EXPECT_TRUE(is_permutation_of_range(M * K, [&](int64_t i) {
-    return block_major_k_offset(i / K, i % K, M);
-  }));
+  EXPECT_TRUE(is_permutation_of_range(
+      M * K, [&](int64_t i) { return block_major_k_offset(i / K, i % K, M); }));
   testbed::Rng rng(9);
   std::vector<uint16_t> w(M * K);
   for (auto& v : w) v = static_cast<uint16_t>(rng.integer(0, 65536));
   const std::vector<uint16_t> bmk = to_block_major_k(w.data(), M, K);
-  EXPECT_EQ(bmk[64], w[1 * K + 0]);               // [kb=0][m=1][0]
+  EXPECT_EQ(bmk[64], w[1 * K + 0]);                     // [kb=0][m=1][0]
   EXPECT_EQ(bmk[(1 * M + 2) * 64 + 5], w[2 * K + 69]);  // [kb=1][m=2][5]
   EXPECT_EQ(from_block_major_k(bmk.data(), M, K), w);
   EXPECT_THROW(to_block_major_k(w.data(), M, 100), InvalidArgument);
@@ -204,8 +205,8 @@ TEST(WeightView, PhysicalNvfp4W1DequantizesToLogical) {
   std::vector<float> w(rows * H);
   for (float& v : w) v = rng.normal();
   const Nvfp4Matrix q = nvfp4_quantize_matrix(w.data(), rows, H, 448.f * 6.f / 4.f);
-  const std::vector<float> logical = nvfp4_dequantize_matrix(q.packed.data(), q.sf.data(), rows, H,
-                                                             4.f / (448.f * 6.f));
+  const std::vector<float> logical =
+      nvfp4_dequantize_matrix(q.packed.data(), q.sf.data(), rows, H, 4.f / (448.f * 6.f));
   const std::vector<int64_t> map = w1_row_map(I);
   std::vector<uint8_t> packed(q.packed.size(), 0xEE), sf_rows(q.sf.size(), 0xEE);
   permute_rows(q.packed.data(), packed.data(), rows, H / 2, map);

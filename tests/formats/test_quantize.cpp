@@ -22,7 +22,7 @@ const float kInf = std::numeric_limits<float>::infinity();
 
 using Bytes = std::vector<uint8_t>;
 
-// ---- Slow re-derivations (double-precision arithmetic, nearest-grid rounding) -----------------
+// ---- Slow re-derivations (double-precision arithmetic, nearest-grid rounding) -------------------
 
 double ref_amax(const float* x, int n) {
   double m = 0;
@@ -68,8 +68,10 @@ void ref_nvfp4_unit(const float* x, uint8_t* packed, uint8_t* sf) {
 void ref_mxfp8(const float* x, uint8_t* q, uint8_t* sf) {
   double amax = ref_amax(x, 32);
   if (amax < std::ldexp(1.0, -126)) amax = 0;
-  const uint8_t code = ref::ref_ue8m0_round_up(ref::ref_div(amax != 0 ? float(amax) : 448.f, 448.f));
-  for (int i = 0; i < 32; ++i) q[i] = ref::ref_e4m3(std::ldexp(static_cast<double>(x[i]), 127 - code));
+  const uint8_t code =
+      ref::ref_ue8m0_round_up(ref::ref_div(amax != 0 ? float(amax) : 448.f, 448.f));
+  for (int i = 0; i < 32; ++i)
+    q[i] = ref::ref_e4m3(std::ldexp(static_cast<double>(x[i]), 127 - code));
   *sf = code;
 }
 
@@ -96,13 +98,13 @@ void expect_bytes(const Bytes& got, const Bytes& want, const char* what) {
   }
 }
 
-// ---- NVFP4 hand-derived blocks ---------------------------------------------------------------
+// ---- NVFP4 hand-derived blocks ------------------------------------------------------------------
 
 TEST(Nvfp4Unit, GridValuesBlock) {
   // vec_max 6: 6 * rcp_rn(6) = 1 + 2^-25 rounds to 1.0 -> sf 1.0 = e4m3 0x38, scale 1.
   // Every value is on the e2m1 grid except 0.25, a tie between 0 and 0.5 -> 0.
-  const std::array<float, 16> v = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.5f, -1, -1.5f, -2, -3, -4, -6,
-                                   0.25f};
+  const std::array<float, 16> v = {0,     0.5f, 1,     1.5f, 2,  3,  4,  6,
+                                   -0.5f, -1,   -1.5f, -2,   -3, -4, -6, 0.25f};
   Bytes packed(8, 0xEE);
   uint8_t sf = 0xEE;
   nvfp4_quantize_block16_unit(v.data(), packed.data(), &sf);
@@ -131,7 +133,7 @@ TEST(Nvfp4Global, TensorScaleBlock) {
   // ~= 6 (within an ulp). x*6: 1->6(7) -1->F .5->3(5) .25->1.5(3) .1->.6:.5(1) .3->1.8:2(4)
   // .7->4.2:4(6) .9->5.4:6(7) .05->.3:.5(1) .02->.12:0 -.45->-2.7:-3(D) .375->2.25:2(4)
   // .6->3.6:4(6) .8->4.8:4(6) -.2->-1.2:-1(A) 0->0.
-  const std::array<float, 16> x = {1,    -1,    0.5f,   0.25f, 0.1f, 0.3f, 0.7f,  0.9f,
+  const std::array<float, 16> x = {1,     -1,    0.5f,   0.25f,  0.1f, 0.3f, 0.7f,  0.9f,
                                    0.05f, 0.02f, -0.45f, 0.375f, 0.6f, 0.8f, -0.2f, 0};
   Bytes packed(8, 0xEE);
   uint8_t sf = 0xEE;
@@ -191,14 +193,14 @@ TEST(Nvfp4Global, ZeroAndUnderflowBlocks) {
 TEST(Nvfp4PerToken, ZeroRowGivesZerosAndZeroScale) {
   std::vector<float> row(64, 0.f);
   Bytes packed(32, 0xEE), sf(4, 0xEE);
-  const float p = nvfp4_per_token_quantize_row(row.data(), 64, 1.f / 2688.f, packed.data(),
-                                               sf.data());
+  const float p =
+      nvfp4_per_token_quantize_row(row.data(), 64, 1.f / 2688.f, packed.data(), sf.data());
   EXPECT_EQ(p, 0.f);
   expect_bytes(packed, Bytes(32, 0), "packed");
   expect_bytes(sf, Bytes(4, 0), "sf");
 }
 
-// ---- MXFP8 / FP8 hand-derived blocks ---------------------------------------------------------
+// ---- MXFP8 / FP8 hand-derived blocks ------------------------------------------------------------
 
 TEST(Mxfp8, HandDerivedBlocks) {
   std::vector<float> x(6 * 32, 0.f);
@@ -237,13 +239,13 @@ TEST(Mxfp8, HandDerivedBlocks) {
 }
 
 TEST(Fp8, HandDerivedValues) {
-  EXPECT_EQ(fp8_quantize(2.f, 112.f), 0x76);     // 224
-  EXPECT_EQ(fp8_quantize(-5.f, 112.f), 0xFE);    // -560 saturates to -448
-  EXPECT_EQ(fp8_quantize(0.01f, 112.f), 0x39);   // 1.12 -> 1.125
+  EXPECT_EQ(fp8_quantize(2.f, 112.f), 0x76);    // 224
+  EXPECT_EQ(fp8_quantize(-5.f, 112.f), 0xFE);   // -560 saturates to -448
+  EXPECT_EQ(fp8_quantize(0.01f, 112.f), 0x39);  // 1.12 -> 1.125
   EXPECT_EQ(fp8_dequantize(0x76, 1.f / 112.f), 224.f * (1.f / 112.f));
 }
 
-// ---- Random data against the slow re-derivation ------------------------------------------------
+// ---- Random data against the slow re-derivation -------------------------------------------------
 
 TEST(Nvfp4, MatricesMatchSlowReference) {
   const int64_t rows = 37, cols = 256;
@@ -300,7 +302,7 @@ TEST(Fp8, MatrixMatchesSlowReference) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(q[i], ref::ref_e4m3(ref::ref_mul(x[i], 37.f)));
 }
 
-// ---- Dequantization ------------------------------------------------------------------------------
+// ---- Dequantization -----------------------------------------------------------------------------
 
 TEST(Dequantize, MatchesFormulaAndBoundsError) {
   const int64_t rows = 16, cols = 128;
@@ -311,15 +313,16 @@ TEST(Dequantize, MatchesFormulaAndBoundsError) {
 
   std::vector<float> p;
   const Nvfp4Matrix n = nvfp4_per_token_quantize_matrix(x.data(), rows, cols, 1.f / 2688.f, &p);
-  const std::vector<float> nd = nvfp4_dequantize_matrix(n.packed.data(), n.sf.data(), rows, cols,
-                                                        p.data());
+  const std::vector<float> nd =
+      nvfp4_dequantize_matrix(n.packed.data(), n.sf.data(), rows, cols, p.data());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const uint8_t byte = n.packed[r * cols / 2 + c / 2];
       const uint8_t code = (c & 1) ? byte >> 4 : byte & 0xF;
-      const float want = ref::ref_mul(
-          static_cast<float>(ref::ref_e2m1_value(code) * ref::ref_e4m3_value(n.sf[r * cols / 16 + c / 16])),
-          p[r]);
+      const float want =
+          ref::ref_mul(static_cast<float>(ref::ref_e2m1_value(code) *
+                                          ref::ref_e4m3_value(n.sf[r * cols / 16 + c / 16])),
+                       p[r]);
       ASSERT_EQ(nd[r * cols + c], want) << r << "," << c;
     }
   }
@@ -338,7 +341,7 @@ TEST(Dequantize, MatchesFormulaAndBoundsError) {
   EXPECT_LT(testbed::relative_frobenius({fd.begin(), fd.end()}, xd), 0.05);
 }
 
-// ---- Validation ------------------------------------------------------------------------------------
+// ---- Validation ---------------------------------------------------------------------------------
 
 TEST(QuantizeValidation, RejectsBadShapesAndNulls) {
   const std::vector<float> x(64, 1.f);

@@ -34,11 +34,12 @@ bool has_device(std::string* why) {
   return true;
 }
 
-#define CAKEMOE_REQUIRE_DEVICE()                                                        \
-  do {                                                                                  \
-    std::string why;                                                                    \
-    if (!has_device(&why)) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount: " << why \
-                                        << "); formats GPU parity not checked";         \
+#define CAKEMOE_REQUIRE_DEVICE()                                    \
+  do {                                                              \
+    std::string why;                                                \
+    if (!has_device(&why))                                          \
+      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount: " << why \
+                   << "); formats GPU parity not checked";          \
   } while (0)
 
 template <typename T>
@@ -68,7 +69,7 @@ class DeviceArray {
   size_t size_ = 0;
 };
 
-// ---- Kernels ---------------------------------------------------------------------------------
+// ---- Kernels ------------------------------------------------------------------------------------
 
 struct EncodeOut {
   uint16_t bf16, fp16, bf16_cuda, fp16_cuda;
@@ -130,7 +131,7 @@ __global__ void per_token_kernel(const float* x, int rows, int cols, uint8_t* pa
                                       sf + r * cols / 16);
 }
 
-// ---- Inputs ----------------------------------------------------------------------------------
+// ---- Inputs -------------------------------------------------------------------------------------
 
 std::vector<float> float_set(uint64_t seed) {
   std::vector<float> out;
@@ -139,7 +140,8 @@ std::vector<float> float_set(uint64_t seed) {
     std::memcpy(&f, &b, 4);
     return f;
   };
-  for (uint64_t b = 0; b < (1ull << 32); b += 2053) out.push_back(from_bits(static_cast<uint32_t>(b)));
+  for (uint64_t b = 0; b < (1ull << 32); b += 2053)
+    out.push_back(from_bits(static_cast<uint32_t>(b)));
   std::mt19937 rng(static_cast<uint32_t>(seed));
   for (int i = 0; i < 500000; ++i) out.push_back(from_bits(rng()));
   std::normal_distribution<float> normal;
@@ -160,7 +162,7 @@ std::vector<float> float_set(uint64_t seed) {
   return out;
 }
 
-// ---- Tests -----------------------------------------------------------------------------------
+// ---- Tests --------------------------------------------------------------------------------------
 
 TEST(FormatsGpu, DecodersMatchHostOnAllCodes) {
   CAKEMOE_REQUIRE_DEVICE();
@@ -230,8 +232,8 @@ TEST(FormatsGpu, BlockQuantizersMatchHost) {
   }
   for (int i = 0; i < chunks; ++i) enc[i] = i % 17 == 0 ? INFINITY : 2688.f / (1.f + i % 97);
   DeviceArray<float> dx(x), denc(enc);
-  DeviceArray<uint8_t> packed(chunks * 16), sf(chunks * 2), packed_u(chunks * 16),
-      sf_u(chunks * 2), q8(chunks * 32), sf8(chunks), tok_packed(chunks * 16), tok_sf(chunks * 2);
+  DeviceArray<uint8_t> packed(chunks * 16), sf(chunks * 2), packed_u(chunks * 16), sf_u(chunks * 2),
+      q8(chunks * 32), sf8(chunks), tok_packed(chunks * 16), tok_sf(chunks * 2);
   DeviceArray<float> p(rows);
   block_kernel<<<(chunks + 127) / 128, 128>>>(dx.get(), denc.get(), chunks, packed.get(), sf.get(),
                                               packed_u.get(), sf_u.get(), q8.get(), sf8.get());
@@ -255,8 +257,8 @@ TEST(FormatsGpu, BlockQuantizersMatchHost) {
     ASSERT_EQ(d_sf8[i], hs8) << "mxfp8 sf chunk " << i;
   }
   std::vector<float> host_p;
-  const Nvfp4Matrix tok = nvfp4_per_token_quantize_matrix(x.data(), rows, cols, 1.f / 2688.f,
-                                                          &host_p);
+  const Nvfp4Matrix tok =
+      nvfp4_per_token_quantize_matrix(x.data(), rows, cols, 1.f / 2688.f, &host_p);
   EXPECT_EQ(tok_packed.to_host(), tok.packed);
   EXPECT_EQ(tok_sf.to_host(), tok.sf);
   const std::vector<float> d_p = p.to_host();
