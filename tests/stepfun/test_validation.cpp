@@ -258,3 +258,110 @@ TEST(RequantValidation, RejectsEachBrokenRule) {
 }  // namespace
 }  // namespace stepfun
 }  // namespace cakemoe
+
+namespace cakemoe {
+namespace stepfun {
+namespace {
+
+/// A valid FC2 argument set built from the FC1 one (same tables and FC1 output).
+Fc2Args valid_fc2(Pool& pool, const Fc1Args& f1) {
+  const int64_t rows = max_padded(kT, kK, kE, kTile);
+  Fc2Args a;
+  a.family = f1.family;
+  a.gemm2_input = f1.gemm1_output;
+  a.gemm2_input_scale = f1.gemm1_output_scale;
+  if (f1.family == Family::kNVFP4BF16Tok) {
+    a.gemm2_input = pool.make({rows, kI / 2}, DType::kE2M1x2);
+    a.gemm2_input_scale = pool.make({formats::sf_size_r8c4(rows, kI / 16)}, DType::kE4M3);
+    a.per_token_scale = pool.make({rows}, DType::kFP32);
+  }
+  if (is_nvfp4(f1.family)) {
+    a.gemm2_weights = pool.make({kE, kH, kI / 2}, DType::kE2M1x2);
+    a.gemm2_weights_scale = pool.make({kE * formats::sf_size_128x4(kH, kI / 16)}, DType::kE4M3);
+  } else if (f1.family == Family::kMXFP8) {
+    a.gemm2_weights = pool.make({kE, kH, kI}, DType::kE4M3);
+    a.gemm2_weights_scale = pool.make({kE * formats::sf_size_128x4(kH, kI / 32)}, DType::kUE8M0);
+  } else if (f1.family == Family::kFP8) {
+    a.gemm2_weights = pool.make({kE, kH, kI}, DType::kE4M3);
+  } else {
+    a.gemm2_weights = pool.make({kE, kI / 64, kH, 64}, DType::kBF16);
+  }
+  if (is_nvfp4(f1.family) || f1.family == Family::kFP8) {
+    a.output2_scale_scalar = pool.make({kE}, DType::kFP32);
+  }
+  a.cta_idx_xy_to_batch_idx = f1.cta_idx_xy_to_batch_idx;
+  a.cta_idx_xy_to_mn_limit = f1.cta_idx_xy_to_mn_limit;
+  a.num_non_exiting_ctas = f1.num_non_exiting_ctas;
+  a.gemm2_output = pool.make({rows, kH}, DType::kBF16);
+  a.num_tokens = kT;
+  a.top_k = kK;
+  a.tile_tokens_dim = kTile;
+  return a;
+}
+
+TEST(Fc2Validation, RejectsEachBrokenRule) {
+  using M = std::function<void(Fc2Args&)>;
+  const auto prep = [](const Fc2Args& a) { prepare_fc2(a); };
+  for (Family f : kFamilies) {
+    Pool pool;
+    const Fc2Args ok = valid_fc2(pool, valid_fc1(pool, f));
+    const std::string fam = family_name(f);
+    EXPECT_NO_THROW(prepare_fc2(ok)) << fam;
+    expect_rejected<Fc2Args>(ok, M([](Fc2Args& a) { a.gemm2_output.shape[1] = kH / 2; }),
+                             "gemm2_output", prep, fam + " output width");
+    expect_rejected<Fc2Args>(ok, M([](Fc2Args& a) { a.gemm2_input.shape[0] = 8; }), "gemm2_input",
+                             prep, fam + " input rows");
+    expect_rejected<Fc2Args>(ok, M([](Fc2Args& a) { a.num_tokens = 0; }), "num_tokens", prep,
+                             fam + " T");
+    expect_rejected<Fc2Args>(ok, M([](Fc2Args& a) { a.gemm2_weights.dtype = DType::kFP32; }),
+                             "gemm2_weights", prep, fam + " weight dtype");
+    if (is_nvfp4(f) || f == Family::kFP8) {
+      expect_rejected<Fc2Args>(ok, M([](Fc2Args& a) { a.output2_scale_scalar.shape[0] = 1; }),
+                               "output2_scale_scalar", prep, fam + " scalar per expert");
+    }
+    if (f == Family::kNVFP4BF16Tok) {
+      expect_rejected<Fc2Args>(ok, M([](Fc2Args& a) { a.per_token_scale = TensorView(); }),
+                               "per_token_scale", prep, fam + " per-token scales");
+    }
+  }
+}
+
+TEST(LayerValidation, RejectsLayerRules) {
+  Pool pool;
+  const Fc1Args f1 = valid_fc1(pool, Family::kBF16);
+  const Fc2Args f2 = valid_fc2(pool, f1);
+  MoeArgs ok;
+  ok.family = Family::kBF16;
+  ok.hidden_states = f1.hidden_states;
+  ok.gemm1_weights = f1.gemm1_weights;
+  ok.gemm1_clamp_limit = f1.gemm1_clamp_limit;
+  ok.gemm2_weights = f2.gemm2_weights;
+  ok.routing_logits = pool.make({kT, kE}, DType::kBF16);
+  ok.num_experts = kE;
+  ok.top_k = kK;
+  ok.local_num_experts = kE;
+  EXPECT_NO_THROW(prepare_stepfun_moe(ok));
+  using M = std::function<void(MoeArgs&)>;
+  const auto prep = [](const MoeArgs& a) { prepare_stepfun_moe(a); };
+  Tensor ids = Tensor::empty({kT, kK}, DType::kInt32);
+  expect_rejected<MoeArgs>(ok, M([&](MoeArgs& a) { a.topk_ids = ids; }), "routing_logits", prep,
+                           "both routing inputs");
+  expect_rejected<MoeArgs>(ok, M([](MoeArgs& a) { a.routing_logits.shape[0] = kT + 1; }),
+                           "routing_logits", prep, "token count mismatch");
+  expect_rejected<MoeArgs>(ok, M([](MoeArgs& a) { a.local_num_experts = kE - 1; }), "gemm1_weights",
+                           prep, "weights vs local_num_experts");
+  expect_rejected<MoeArgs>(ok, M([&](MoeArgs& a) { a.topk_weights = ids; }), "topk_weights", prep,
+                           "weights with logits");
+  expect_rejected<MoeArgs>(ok, M([](MoeArgs& a) { a.top_k = kE + 1; }), "top_k", prep, "K > E");
+  MoeArgs wrong_plan = ok;
+  wrong_plan.plan = Plan();
+  wrong_plan.plan->family = Family::kNVFP4;
+  EXPECT_THROW(prepare_stepfun_moe(wrong_plan), InvalidArgument);
+  ok.do_finalize = false;
+  ok.output = pool.make({kT, kH}, DType::kBF16);
+  EXPECT_THROW(prepare_stepfun_moe(ok), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace stepfun
+}  // namespace cakemoe
