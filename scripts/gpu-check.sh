@@ -129,14 +129,21 @@ cat "$tmp/machine.txt"
 if run_step configure "$out/build.log" 300 \
      cakemoe_configure "$build" all -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON; then
   finish configure "$(grep -o '[0-9]* CUDA kernel units.*' "$tmp/last.log")"
-  run_step build "$out/build.log" 480 cakemoe_build "$build" "$jobs"
-  finish build "$(grep -ci 'warning' "$tmp/last.log") warning lines"
+  if run_step build "$out/build.log" 480 cakemoe_build "$build" "$jobs"; then
+    finish build "$(grep -ci 'warning' "$tmp/last.log") warning lines"
+  else
+    finish build "see build.log"
+  fi
 else
   finish configure "see build.log"
   record build skip 0 "configure failed"
 fi
 built=0
-[[ "${step_status[-1]}" == ok ]] && built=1
+if [[ "${step_status[-1]}" == ok ]]; then
+  built=1
+else
+  record "tests, run, benches" skip 0 "no build"
+fi
 
 # ---- Tests ------------------------------------------------------------------------------------
 if ((do_tests && built)); then
@@ -146,7 +153,12 @@ if ((do_tests && built)); then
   finish "ctest cpu" "$(ctest_detail)"
   run_step "ctest gpu" "$out/test.log" 300 \
     ctest --test-dir "$build" -L gpu --output-on-failure --timeout 240
-  finish "ctest gpu" "$(ctest_detail)"
+  if grep -q 'No tests were found' "$tmp/last.log"; then
+    last_status=skip
+    record "ctest gpu" skip "$last_secs" "no tests labelled gpu were built"
+  else
+    finish "ctest gpu" "$(ctest_detail)"
+  fi
 fi
 
 # ---- The main job -----------------------------------------------------------------------------
