@@ -1,0 +1,299 @@
+#include "bgmv/plan.h"
+
+#include <algorithm>
+#include <ostream>
+#include <sstream>
+
+#include "core/check.h"
+
+namespace cakemoe {
+namespace bgmv {
+namespace {
+
+// spec §4.1 shrink geometry.
+constexpr int64_t kShrinkTile = 1024;
+constexpr int64_t kRankTile = 8;
+constexpr int64_t kSplitMax = 8;
+constexpr int64_t kSplitMaxPairs = 128;
+constexpr int64_t kSplitTargetCtas = 128;
+constexpr int64_t kDeepRingMaxCtas = 512;
+constexpr int64_t kDeepRingBlackwellMaxCtas = 1024;
+constexpr int64_t kDeepRingBlackwellMinHidden = 4096;
+constexpr int kFormPrefill = 0;
+constexpr int kFormPrefillDeep = 2;
+
+// spec §4.4 PDL: expand CTAs per SM that still count as a "small" grid, at 128 columns per CTA.
+constexpr int64_t kPdlExpandCols = 128;
+constexpr int64_t kPdlSmallPerSmHopper = 12;
+constexpr int64_t kPdlSmallPerSmBlackwell = 8;
+
+// spec §5 grouped pipeline.
+constexpr int64_t kGroupTileTokens = 16;
+constexpr int64_t kGroupBinsMax = 4096;
+constexpr int64_t kGroupHeaderWords = 4;
+constexpr int64_t kGroupHistPairsPerCta = 256 * 4;
+constexpr int64_t kGroupHistCtasMax = 64;
+constexpr int64_t kGroupedMinPairs = 2048;
+constexpr int64_t kGroupedMinPairsSub64 = 4096;
+constexpr int64_t kGroupedMinRoutesPerBin = 4;
+constexpr int64_t kGroupedMinWeightElems = 12288;
+// NOTE: spec §5 prints 6144 plus a "P < 8192" rank-8 rule, but its asserted example
+// (8192, 768, rank 8) -> False needs the 16384 floor; see docs/decisions/bgmv.md.
+constexpr int64_t kGroupedMinWeightElemsSub16 = 16384;
+constexpr int64_t kGroupedMaxTileRows = 65536;
+
+// spec §6 order remap.
+constexpr int64_t kRemapMinPairs = 1024;
+constexpr int64_t kRemapMaxPairs = 1024 * 4;
+constexpr int64_t kRemapMinWeightBytes = 220ll * 1024 * 1024;
+constexpr int64_t kRemapRank64MinHidden = 4096;
+
+// spec §7 specialized bodies.
+constexpr int64_t kSpecializedRank = 32;
+constexpr int64_t kSpecializedMinTokens = 32;
+constexpr int64_t kSpecializedMaxTokens = 1024;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool is_generic_rank(int64_t rank) {
+  return rank == 8 || rank == 16 || rank == 32 || rank == 64;
+}
+
+int64_t group_hist_ctas(int64_t num_pairs) {
+  return std::max<int64_t>(1, std::min(kGroupHistCtasMax, ceil_div(num_pairs, kGroupHistPairsPerCta)));
+}
+
+int64_t group_max_tiles(int64_t num_pairs, int64_t bins) {
+  return ceil_div(num_pairs, kGroupTileTokens) + bins;
+}
+
+}  // namespace
+
+const char* arch_name(Arch arch) {
+  switch (arch) {
+    case Arch::kSm90a: return "sm90a";
+    case Arch::kSm100a: return "sm100a";
+    case Arch::kSm103a: return "sm103a";
+    case Arch::kOther: return "other";
+  }
+  return "other";
+}
+
+Arch arch_from_capability(int major, int minor) {
+  if (major == 9 && minor == 0) return Arch::kSm90a;
+  if (major == 10 && minor == 0) return Arch::kSm100a;
+  if (major == 10 && minor == 3) return Arch::kSm103a;
+  return Arch::kOther;
+}
+
+bool is_blackwell(Arch arch) { return arch == Arch::kSm100a || arch == Arch::kSm103a; }
+
+const char* variant_name(Variant variant) {
+  switch (variant) {
+    case Variant::kGeneric: return "generic";
+    case Variant::kSpecialized: return "specialized";
+    case Variant::kPortable: return "portable";
+  }
+  return "portable";
+}
+
+ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch) {
+  core::require(num_pairs > 0, "num_pairs", "must be positive, got " + std::to_string(num_pairs));
+  core::require(is_generic_rank(rank), "rank",
+                "must be one of 8, 16, 32, 64, got " + std::to_string(rank));
+  core::require(hidden > 0, "hidden_size", "must be positive, got " + std::to_string(hidden));
+  const int64_t tiles = ceil_div(hidden, kShrinkTile);
+  const int64_t ctas = num_pairs * (rank / kRankTile);
+  const int64_t max_splits = num_pairs <= kSplitMaxPairs ? std::min(tiles, kSplitMax) : 1;
+  const int64_t splits = std::min(max_splits, std::max<int64_t>(1, ceil_div(kSplitTargetCtas, ctas)));
+  const bool deep = ctas <= kDeepRingMaxCtas ||
+                    (arch != Arch::kSm90a && ctas <= kDeepRingBlackwellMaxCtas &&
+                     hidden >= kDeepRingBlackwellMinHidden);
+  ShrinkLaunch launch;
+  launch.form = deep ? kFormPrefillDeep : kFormPrefill;
+  launch.splits = static_cast<int>(splits);
+  return launch;
+}
+
+Variant select_variant(int64_t num_tokens, int64_t hidden, int64_t rank, Arch arch,
+                       bool specialized_built) {
+  const bool specialized_shape = (hidden == 2688 || hidden == 3072) && rank == kSpecializedRank;
+  // NOTE: spec §7 (newest JIT): no token window on SM90, [32, 1024] on Blackwell.
+  const bool in_window = is_blackwell(arch) && num_tokens >= kSpecializedMinTokens &&
+                         num_tokens <= kSpecializedMaxTokens;
+  return specialized_built && specialized_shape && in_window ? Variant::kSpecialized
+                                                             : Variant::kGeneric;
+}
+
+int select_generic_schedule(int64_t num_tokens) { return num_tokens <= 8 ? 0 : 1; }
+
+int select_specialized_schedule(int64_t num_tokens, int64_t hidden) {
+  if (num_tokens == 1 || num_tokens == 4 || num_tokens == 8) return 0;
+  if (hidden == 3072 && (num_tokens == 512 || num_tokens == 1024)) return 2;
+  if (hidden == 2688 && num_tokens == 1024) return 2;
+  return 1;
+}
+
+int select_pdl_mode(Variant variant, int64_t num_tokens, int64_t hidden, Arch arch, int num_sms) {
+  if (variant != Variant::kGeneric) return 0;
+  const int64_t expand_ctas = num_tokens * ceil_div(hidden, kPdlExpandCols);
+  if (arch == Arch::kSm90a) {
+    return expand_ctas <= kPdlSmallPerSmHopper * num_sms ? 1 : 0;
+  }
+  if (is_blackwell(arch)) {
+    return expand_ctas <= kPdlSmallPerSmBlackwell * num_sms ? 1 : 2;
+  }
+  return 0;
+}
+
+bool select_grouped(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_loras,
+                    int64_t num_experts, int64_t hidden, int64_t rank) {
+  const int64_t bins = num_loras * num_experts;
+  if (bins <= 0 || bins > kGroupBinsMax) return false;
+  if (num_pairs < kGroupedMinPairs) return false;
+  if (num_pairs < kGroupedMinRoutesPerBin * bins) return false;
+  if (rank < 64 && num_pairs < kGroupedMinPairsSub64) return false;
+  const int64_t min_elems = rank >= 16 ? kGroupedMinWeightElems : kGroupedMinWeightElemsSub16;
+  if (hidden * rank < min_elems) return false;
+  if (ceil_div(num_pairs, kGroupTileTokens) >= kGroupedMaxTileRows) return false;
+  return group_max_tiles(num_pairs, bins) < (int64_t{1} << 31);
+}
+
+bool select_order_remap(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_loras,
+                        int64_t num_experts, int64_t hidden, int64_t rank, Arch arch) {
+  if (arch != Arch::kSm90a) return false;  // Blackwell's L2 serves repeats in any order
+  const int64_t bins = num_loras * num_experts;
+  if (bins <= 0 || bins > kGroupBinsMax) return false;
+  if (num_pairs < kRemapMinPairs || num_pairs > kRemapMaxPairs) return false;
+  if (rank >= 64 && hidden < kRemapRank64MinHidden) return false;
+  if (select_generic_shrink(num_pairs, rank, hidden, arch).form == kFormPrefillDeep) return false;
+  return num_pairs * hidden * rank * 2 >= kRemapMinWeightBytes;
+}
+
+CakeSupport cake_support(const SupportQuery& q) {
+  const std::string prefix = "Cake BGMV MoE ";
+  if (q.capability && arch_from_capability(q.capability->major, q.capability->minor) == Arch::kOther) {
+    return {"device", prefix + "requires an exact SM90, SM100 or SM103 CUDA device; got capability=(" +
+                          std::to_string(q.capability->major) + ", " +
+                          std::to_string(q.capability->minor) + ")"};
+  }
+  if (q.num_slices != 1) {
+    return {"lora_a_weights",
+            prefix + "requires exactly one LoRA slice, got " + std::to_string(q.num_slices)};
+  }
+  if (!is_generic_rank(q.rank)) {
+    return {"lora_a_weights",
+            prefix + "requires LoRA rank in (8, 16, 32, 64), got " + std::to_string(q.rank)};
+  }
+  if (q.hidden <= 0 || q.hidden % 8 != 0) {
+    return {"x", prefix + "hidden_size must be a positive multiple of 8, got " +
+                     std::to_string(q.hidden)};
+  }
+  if (q.feat_out != q.hidden) {
+    return {"lora_b_weights", prefix + "requires LoRA-B feat_out == hidden_size, got feat_out=" +
+                                  std::to_string(q.feat_out) +
+                                  " for hidden_size=" + std::to_string(q.hidden)};
+  }
+  return {};
+}
+
+std::string fallback_warning(const std::string& reason) {
+  return "prepare_bgmv_moe: falling back to the portable bgmv_moe_shrink/bgmv_moe_expand path (" +
+         reason + "). Pass fallback=false to raise instead.";
+}
+
+RouteIndexLayout route_index_layout(int64_t num_tokens) {
+  RouteIndexLayout l;
+  l.count = RouteIndexLayout::kHeaderWords;
+  l.base_even = l.count + num_tokens;
+  l.base_odd = l.base_even + num_tokens;
+  l.slots = l.base_odd + num_tokens;
+  l.split_partials = l.slots + RouteIndexLayout::kSlotsPerToken * num_tokens;
+  l.split_counters = l.split_partials + RouteIndexLayout::kMaxSplits *
+                                            RouteIndexLayout::kMaxSplitPairs *
+                                            RouteIndexLayout::kMaxSplitRank;
+  l.total_words = l.split_counters + RouteIndexLayout::kMaxSplitPairs *
+                                         (RouteIndexLayout::kMaxSplitRank / kRankTile);
+  return l;
+}
+
+GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
+                                   int64_t num_experts, int64_t hidden) {
+  GroupedWorkspace w;
+  w.bins = num_loras * num_experts;
+  w.hist_ctas = group_hist_ctas(num_pairs);
+  w.max_tiles = group_max_tiles(num_pairs, w.bins);
+  w.int_words = kGroupHeaderWords + (w.bins + 1) + w.max_tiles + num_pairs + num_tokens +
+                RouteIndexLayout::kSlotsPerToken * num_tokens + 2 * w.hist_ctas * w.bins;
+  w.partial_floats = num_pairs * hidden;
+  return w;
+}
+
+std::ostream& operator<<(std::ostream& os, const PlanChoice& c) {
+  os << "bgmv plan: variant=" << variant_name(c.variant);
+  if (c.shrink_launch) {
+    os << " shrink_launch=(" << c.shrink_launch->form << ", " << c.shrink_launch->splits << ")";
+  }
+  os << " grouped=" << c.grouped << " order_remap=" << c.order_remap << " pdl_mode=" << c.pdl_mode
+     << " schedule_id=";
+  if (c.schedule_id) os << *c.schedule_id; else os << "none";
+  if (!c.fallback_reason.empty()) os << " fallback_reason=\"" << c.fallback_reason << "\"";
+  return os;
+}
+
+PlanChoice choose_cake_plan(const ProblemDesc& p) {
+  PlanChoice c;
+  c.variant = select_variant(p.num_tokens, p.hidden, p.rank, p.arch, p.specialized_built);
+  const bool remap_forced = p.order_remap.value_or(false);
+  if (c.variant == Variant::kSpecialized) {
+    core::require(!remap_forced, "order_remap",
+                  "order_remap=true cannot be combined with the specialized variant");
+    c.schedule_id = select_specialized_schedule(p.num_tokens, p.hidden);
+    c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
+    return c;
+  }
+  ShrinkLaunch shrink = select_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch);
+  const int64_t bins = p.num_loras * p.num_experts;
+  c.grouped = p.grouped.has_value()
+                  ? *p.grouped
+                  : select_grouped(p.num_pairs, p.num_tokens, p.num_loras, p.num_experts, p.hidden,
+                                   p.rank);
+  if (c.grouped) {
+    core::require(!remap_forced, "order_remap",
+                  "order_remap=true cannot be combined with the grouped pipeline");
+    core::require(bins >= 1 && bins <= kGroupBinsMax, "grouped",
+                  "the grouped pipeline needs 1..4096 (lora, expert) bins, got " +
+                      std::to_string(bins));
+    core::require(ceil_div(p.num_pairs, kGroupTileTokens) < kGroupedMaxTileRows, "grouped",
+                  "the grouped pipeline needs ceil(num_pairs / 16) < 65536");
+  } else {
+    c.order_remap = p.order_remap.has_value()
+                        ? *p.order_remap
+                        : select_order_remap(p.num_pairs, p.num_tokens, p.num_loras,
+                                             p.num_experts, p.hidden, p.rank, p.arch);
+  }
+  if (c.order_remap) {
+    core::require(p.num_pairs <= kRemapMaxPairs, "order_remap",
+                  "the order remap prologue handles at most 4096 pairs, got " +
+                      std::to_string(p.num_pairs));
+    core::require(bins >= 1 && bins <= kGroupBinsMax, "order_remap",
+                  "the order remap needs 1..4096 (lora, expert) bins, got " +
+                      std::to_string(bins));
+    // NOTE: spec §6: the remap forms are two-stage; splits stay so bits match identity dispatch.
+    shrink.form = kFormPrefill;
+  }
+  c.shrink_launch = shrink;
+  c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
+  c.schedule_id = select_generic_schedule(p.num_tokens);
+  return c;
+}
+
+PlanChoice choose_portable_plan(const std::string& reason) {
+  PlanChoice c;
+  c.variant = Variant::kPortable;
+  c.fallback_reason = reason;
+  return c;
+}
+
+}  // namespace bgmv
+}  // namespace cakemoe

@@ -1,0 +1,141 @@
+// BGMV host selectors (spec bgmv §4.1, §4.3, §4.4, §5, §6, §7, §9) and workspace sizes (§3.3, §5).
+// Plain C++: no CUDA types, testable on the CPU. These are FlashInfer's measured heuristics; the
+// attribute values they produce are part of the plan's observable contract.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include "cakemoe/bgmv.h"
+
+namespace cakemoe {
+namespace bgmv {
+
+/// Compiled architecture of a device (exact match only; spec §7 support set).
+enum class Arch : uint8_t { kSm90a, kSm100a, kSm103a, kOther };
+const char* arch_name(Arch arch);
+/// (9,0) -> sm90a, (10,0) -> sm100a, (10,3) -> sm103a, anything else -> other.
+Arch arch_from_capability(int major, int minor);
+bool is_blackwell(Arch arch);
+
+enum class Variant : uint8_t { kGeneric, kSpecialized, kPortable };
+const char* variant_name(Variant variant);  ///< "generic" | "specialized" | "portable"
+
+/// Compute capability of a CUDA device, for the first §9 rule.
+struct Capability {
+  int major = 0;
+  int minor = 0;
+};
+
+// ---- Selectors ----------------------------------------------------------------------------------
+
+/// spec §4.1: generic shrink (form, splits) for P pairs, rank R, hidden H.
+ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);
+/// spec §7 (newest JIT): SM90 always generic; Blackwell specialized for H in {2688, 3072}, R == 32
+/// and 32 <= T <= 1024. `specialized_built` false (no specialized body compiled) forces generic.
+Variant select_variant(int64_t num_tokens, int64_t hidden, int64_t rank, Arch arch,
+                       bool specialized_built);
+/// spec §4.3/§7 generic schedule: 0 (t64) for T <= 8, else 1 (t128).
+int select_generic_schedule(int64_t num_tokens);
+/// spec §7 specialized schedule: 0 t64, 1 token_owned, 2 dual_col.
+int select_specialized_schedule(int64_t num_tokens, int64_t hidden);
+/// spec §4.4: 0 plain, 1 early, 2 late.
+int select_pdl_mode(Variant variant, int64_t num_tokens, int64_t hidden, Arch arch, int num_sms);
+/// spec §5: heuristic for the pair-grouped pipeline (grouped = None).
+bool select_grouped(int64_t num_pairs, int64_t num_tokens, int64_t num_loras, int64_t num_experts,
+                    int64_t hidden, int64_t rank);
+/// spec §6: heuristic for the SM90 shrink order remap (order_remap = None, grouped not chosen).
+bool select_order_remap(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
+                        int64_t num_experts, int64_t hidden, int64_t rank, Arch arch);
+
+// ---- Cake support set (spec §9) -----------------------------------------------------------------
+
+struct SupportQuery {
+  std::optional<Capability> capability;  ///< absent: the device rule is skipped (CPU backend)
+  int64_t num_slices = 1;
+  int64_t rank = 0;
+  int64_t hidden = 0;
+  int64_t feat_out = 0;
+};
+/// The first §9 rule an input breaks: the argument it concerns and the reason text; both empty
+/// when the input is inside the Cake support set.
+struct CakeSupport {
+  std::string argument;
+  std::string reason;
+  bool supported() const { return reason.empty(); }
+};
+CakeSupport cake_support(const SupportQuery& query);
+/// The §9 warning text for a reason.
+std::string fallback_warning(const std::string& reason);
+
+// ---- Workspaces ---------------------------------------------------------------------------------
+
+/// spec §3.3 route index layout (int32 words): header, per-token counters and slots, split-K region.
+struct RouteIndexLayout {
+  static constexpr int64_t kHeaderWords = 4;
+  static constexpr int64_t kSlotsPerToken = 16;
+  static constexpr int64_t kMaxSplits = 8;
+  static constexpr int64_t kMaxSplitPairs = 128;
+  static constexpr int64_t kMaxSplitRank = 64;
+  int64_t count = 0;           ///< count[T]
+  int64_t base_even = 0;       ///< base_even[T]
+  int64_t base_odd = 0;        ///< base_odd[T]
+  int64_t slots = 0;           ///< slots[T][16]
+  int64_t split_partials = 0;  ///< fp32 [8][128][64]
+  int64_t split_counters = 0;  ///< u32 [128][8]
+  int64_t total_words = 0;
+};
+RouteIndexLayout route_index_layout(int64_t num_tokens);
+
+/// spec §5 grouped workspace: int32 words and the fp32 per-route partials [P, H].
+struct GroupedWorkspace {
+  int64_t bins = 0;
+  int64_t hist_ctas = 0;
+  int64_t max_tiles = 0;
+  int64_t int_words = 0;
+  int64_t partial_floats = 0;
+};
+GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
+                                   int64_t num_experts, int64_t hidden);
+
+/// spec §6 order workspace: one int32 per pair.
+inline int64_t order_workspace_words(int64_t num_pairs) { return num_pairs; }
+
+// ---- A whole choice ------------------------------------------------------------------------------
+
+/// Everything the host picks for one problem (spec §4-§7); printed under CAKEMOE_PRINT_PLAN=1.
+struct PlanChoice {
+  Variant variant = Variant::kGeneric;
+  std::optional<ShrinkLaunch> shrink_launch;
+  bool grouped = false;
+  bool order_remap = false;
+  int pdl_mode = 0;
+  std::optional<int> schedule_id;
+  std::string fallback_reason;
+};
+std::ostream& operator<<(std::ostream& os, const PlanChoice& choice);
+
+struct ProblemDesc {
+  int64_t num_tokens = 0;
+  int64_t num_pairs = 0;
+  int64_t hidden = 0;
+  int64_t rank = 0;
+  int64_t num_loras = 0;
+  int64_t num_experts = 0;
+  Arch arch = Arch::kSm90a;
+  int num_sms = 132;
+  bool specialized_built = false;
+  std::optional<bool> grouped;      ///< forced value, or heuristic when unset
+  std::optional<bool> order_remap;  ///< forced value, or heuristic when unset
+};
+/// The Cake choice for a problem inside the support set. Throws InvalidArgument("order_remap")
+/// when order_remap is forced together with grouped or the specialized variant (spec §10 rule 15),
+/// and InvalidArgument("grouped" / "order_remap") when a forced pipeline exceeds its kernel limits.
+PlanChoice choose_cake_plan(const ProblemDesc& problem);
+/// The portable choice (spec §9): no schedule, no shrink launch, reason recorded.
+PlanChoice choose_portable_plan(const std::string& reason);
+
+}  // namespace bgmv
+}  // namespace cakemoe
