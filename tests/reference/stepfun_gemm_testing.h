@@ -282,8 +282,8 @@ inline PipelineOut run_pipeline(const Case& c) {
       const int32_t slot = c.tables.expanded_idx_to_permuted_idx[t * top_k + k];
       if (slot < 0) continue;
       for (int64_t j = 0; j < h; ++j) {
-        out.output[t * h + j] += double(c.topk_weights[t * top_k + k]) *
-                                 formats::bf16_to_float(out.gemm2[slot * h + j]);
+        out.output[t * h + j] +=
+            double(c.topk_weights[t * top_k + k]) * formats::bf16_to_float(out.gemm2[slot * h + j]);
       }
     }
   }

@@ -68,7 +68,8 @@ std::vector<float> expected_dequant(Family f, const float* x, int64_t rows, int6
   return std::vector<float>(x, x + rows * cols);
 }
 
-void expect_same(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+void expect_same(const std::vector<float>& a, const std::vector<float>& b,
+                 const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i], b[i]) << what << " at " << i;
@@ -126,7 +127,8 @@ TEST(StepfunWeights, PhysicalLayoutFollowsSpecIndexMaps) {
             ASSERT_EQ(data.dim(), 4) << what;
             const uint16_t* phys = data.ptr<uint16_t>() + e * rows * cols;
             for (int64_t r = 0; r < rows; ++r) {
-              const int64_t src = gemm == 0 ? spec_w1_logical_row(r, l.inter) : spec_w2_logical_row(r);
+              const int64_t src =
+                  gemm == 0 ? spec_w1_logical_row(r, l.inter) : spec_w2_logical_row(r);
               for (int64_t k = 0; k < cols; ++k) {
                 ASSERT_EQ(phys[((k / 64) * rows + r) * 64 + k % 64], bits[src * cols + k]) << what;
               }
@@ -147,7 +149,8 @@ TEST(StepfunWeights, PhysicalLayoutFollowsSpecIndexMaps) {
           }
           const uint8_t* phys = data.ptr<uint8_t>() + e * rows * row_bytes;
           for (int64_t r = 0; r < rows; ++r) {
-            const int64_t src = gemm == 0 ? spec_w1_logical_row(r, l.inter) : spec_w2_logical_row(r);
+            const int64_t src =
+                gemm == 0 ? spec_w1_logical_row(r, l.inter) : spec_w2_logical_row(r);
             ASSERT_EQ(0, std::memcmp(phys + r * row_bytes, &q[src * row_bytes], row_bytes))
                 << what << " physical row " << r;
           }
@@ -155,12 +158,14 @@ TEST(StepfunWeights, PhysicalLayoutFollowsSpecIndexMaps) {
             EXPECT_FALSE(scale.defined()) << what;
             continue;
           }
-          const int64_t c_sf = cols / vec, stride = ((rows + 127) / 128) * 128 * ((c_sf + 3) / 4) * 4;
+          const int64_t c_sf = cols / vec,
+                        stride = ((rows + 127) / 128) * 128 * ((c_sf + 3) / 4) * 4;
           ASSERT_EQ(scale.numel(), l.experts * stride) << what;
           std::vector<bool> used(static_cast<size_t>(stride), false);
           const uint8_t* s = scale.ptr<uint8_t>() + e * stride;
           for (int64_t r = 0; r < rows; ++r) {
-            const int64_t src = gemm == 0 ? spec_w1_logical_row(r, l.inter) : spec_w2_logical_row(r);
+            const int64_t src =
+                gemm == 0 ? spec_w1_logical_row(r, l.inter) : spec_w2_logical_row(r);
             for (int64_t c = 0; c < c_sf; ++c) {
               const int64_t off = spec_sf_offset(SfLayout::kR128C4, r, c, c_sf);
               used[off] = true;
@@ -192,7 +197,8 @@ TEST(StepfunWeights, ScalarsAndClampLimitUnits) {
     ASSERT_EQ(v.gemm1_clamp_limit.numel(), 3);
     if (!has_output_scalars(f)) {
       EXPECT_FALSE(v.output1_scale_scalar.defined() || v.output1_scale_gate_scalar.defined() ||
-                   v.output2_scale_scalar.defined()) << name(f);
+                   v.output2_scale_scalar.defined())
+          << name(f);
       for (int e = 0; e < 3; ++e) EXPECT_EQ(clamp[e], limits[e]) << name(f) << " physical units";
       continue;
     }
@@ -219,10 +225,13 @@ TEST(StepfunWeights, ScalarsAndClampLimitUnits) {
 
 TEST(StepfunWeights, DefaultIntermediateScaleIsTheActivationBound) {
   const Logical l = make_logical(2, 64, 64, 14);
-  EXPECT_DOUBLE_EQ(reference::stepfun::prepare_weights(l.w1, l.w2, options(Family::kFP8, {7.0f, 16.0f}))
-                       .view.intermediate_scale_global, 448.0 / 256.0);
+  EXPECT_DOUBLE_EQ(
+      reference::stepfun::prepare_weights(l.w1, l.w2, options(Family::kFP8, {7.0f, 16.0f}))
+          .view.intermediate_scale_global,
+      448.0 / 256.0);
   EXPECT_DOUBLE_EQ(reference::stepfun::prepare_weights(l.w1, l.w2, options(Family::kNVFP4, {7.0f}))
-                       .view.intermediate_scale_global, 2688.0 / 49.0);
+                       .view.intermediate_scale_global,
+                   2688.0 / 49.0);
   WeightPrepOptions o = options(Family::kNVFP4);
   o.intermediate_scale_global = 3.0;
   PreparedWeights p = reference::stepfun::prepare_weights(l.w1, l.w2, o);
@@ -243,8 +252,9 @@ TEST(StepfunWeights, PreparesTheLocalExpertRange) {
   ASSERT_EQ(p.view.gemm1_weights.size(0), 2);
   const int64_t n1 = 2 * l.inter * l.hidden;
   for (int64_t e = 0; e < 2; ++e) {
-    expect_same(dequantize_w1(p, e), expected_dequant(Family::kMXFP8, &w1[(1 + e) * n1],
-                                                      2 * l.inter, l.hidden), "local expert");
+    expect_same(dequantize_w1(p, e),
+                expected_dequant(Family::kMXFP8, &w1[(1 + e) * n1], 2 * l.inter, l.hidden),
+                "local expert");
     EXPECT_EQ(p.view.gemm1_clamp_limit.ptr<float>()[e], 16.0f);
   }
 }
@@ -276,10 +286,8 @@ TEST(StepfunWeights, ValidationNamesTheArgument) {
   expect_error([&] { prep(l.w1, l.w2, no_scale); }, "hidden_states_scale_global");
   no_scale.family = Family::kMXFP8;
   EXPECT_NO_THROW(prep(l.w1, l.w2, no_scale));
-  expect_error([&] { prep(l.w1, l.w2, options(Family::kBF16, {7.0f, 7.0f})); },
-               "step_limits");
-  expect_error([&] { prep(l.w1, l.w2, options(Family::kBF16, {-1.0f})); },
-               "step_limits");
+  expect_error([&] { prep(l.w1, l.w2, options(Family::kBF16, {7.0f, 7.0f})); }, "step_limits");
+  expect_error([&] { prep(l.w1, l.w2, options(Family::kBF16, {-1.0f})); }, "step_limits");
   expect_error([&] { prep(l.w1, l.w1, options(Family::kBF16)); }, "w2");
   TensorView fp32 = l.w1.view();
   fp32.dtype = DType::kFP32;

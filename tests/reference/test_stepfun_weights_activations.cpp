@@ -47,8 +47,8 @@ TEST(StepfunActivations, EveryFamilyFormat) {
   EXPECT_EQ(a.hidden_states_scale.dtype(), DType::kUE8M0);
 
   a = reference::stepfun::prepare_activations(Family::kFP8, hidden_bf16, a_gs);
-  EXPECT_TRUE(same_bytes(a.hidden_states, formats::fp8_quantize_matrix(x.data(), tokens, hidden,
-                                                                       a_gs)));
+  EXPECT_TRUE(
+      same_bytes(a.hidden_states, formats::fp8_quantize_matrix(x.data(), tokens, hidden, a_gs)));
   EXPECT_FALSE(a.hidden_states_scale.defined());
 
   a = reference::stepfun::prepare_activations(Family::kBF16, hidden_bf16, 0.0);
@@ -94,10 +94,8 @@ TEST(StepfunActivations, ValidationNamesTheArgument) {
   };
   testbed::Rng rng(22);
   Tensor h = testing::random_bf16({4, 64}, rng, 1.0f);
-  expect_error([&] { prep(Family::kFP8, h, 0.0); }, "hidden_states_scale_global",
-               false);
-  expect_error([&] { prep(Family::kNVFP4, h, NAN); }, "hidden_states_scale_global",
-               false);
+  expect_error([&] { prep(Family::kFP8, h, 0.0); }, "hidden_states_scale_global", false);
+  expect_error([&] { prep(Family::kNVFP4, h, NAN); }, "hidden_states_scale_global", false);
   EXPECT_NO_THROW(prep(Family::kNVFP4BF16Tok, h, 0.0));
   Tensor odd = testing::random_bf16({4, 48}, rng, 1.0f);
   expect_error([&] { prep(Family::kMXFP8, odd, 0.0); }, "hidden", false);
