@@ -60,7 +60,8 @@ bool is_generic_rank(int64_t rank) {
 }
 
 int64_t group_hist_ctas(int64_t num_pairs) {
-  return std::max<int64_t>(1, std::min(kGroupHistCtasMax, ceil_div(num_pairs, kGroupHistPairsPerCta)));
+  return std::max<int64_t>(1,
+                          std::min(kGroupHistCtasMax, ceil_div(num_pairs, kGroupHistPairsPerCta)));
 }
 
 int64_t group_max_tiles(int64_t num_pairs, int64_t bins) {
@@ -105,7 +106,8 @@ ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidd
   const int64_t tiles = ceil_div(hidden, kShrinkTile);
   const int64_t ctas = num_pairs * (rank / kRankTile);
   const int64_t max_splits = num_pairs <= kSplitMaxPairs ? std::min(tiles, kSplitMax) : 1;
-  const int64_t splits = std::min(max_splits, std::max<int64_t>(1, ceil_div(kSplitTargetCtas, ctas)));
+  const int64_t splits =
+      std::min(max_splits, std::max<int64_t>(1, ceil_div(kSplitTargetCtas, ctas)));
   const bool deep = ctas <= kDeepRingMaxCtas ||
                     (arch != Arch::kSm90a && ctas <= kDeepRingBlackwellMaxCtas &&
                      hidden >= kDeepRingBlackwellMinHidden);
@@ -172,8 +174,10 @@ bool select_order_remap(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_l
 
 CakeSupport cake_support(const SupportQuery& q) {
   const std::string prefix = "Cake BGMV MoE ";
-  if (q.capability && arch_from_capability(q.capability->major, q.capability->minor) == Arch::kOther) {
-    return {"device", prefix + "requires an exact SM90, SM100 or SM103 CUDA device; got capability=(" +
+  if (q.capability &&
+      arch_from_capability(q.capability->major, q.capability->minor) == Arch::kOther) {
+    return {"device", prefix +
+                          "requires an exact SM90, SM100 or SM103 CUDA device; got capability=(" +
                           std::to_string(q.capability->major) + ", " +
                           std::to_string(q.capability->minor) + ")"};
   }

@@ -72,7 +72,8 @@ std::string fallback_warning(const std::string& reason);
 
 // ---- Workspaces ---------------------------------------------------------------------------------
 
-/// spec §3.3 route index layout (int32 words): header, per-token counters and slots, split-K region.
+/// spec §3.3 route index layout (int32 words): header, per-token counters and slots, split-K
+/// region.
 struct RouteIndexLayout {
   static constexpr int64_t kHeaderWords = 4;
   static constexpr int64_t kSlotsPerToken = 16;
@@ -103,7 +104,7 @@ GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_
 /// spec §6 order workspace: one int32 per pair.
 inline int64_t order_workspace_words(int64_t num_pairs) { return num_pairs; }
 
-// ---- A whole choice ------------------------------------------------------------------------------
+// ---- A whole choice -----------------------------------------------------------------------------
 
 /// Everything the host picks for one problem (spec §4-§7); printed under CAKEMOE_PRINT_PLAN=1.
 struct PlanChoice {

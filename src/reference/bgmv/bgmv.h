@@ -68,7 +68,7 @@ struct TokenRoutes {
 };
 TokenRoutes token_routes(const Problem& problem);
 
-// ---- fp64 oracle ----------------------------------------------------------------------------------
+// ---- fp64 oracle ---------------------------------------------------------------------------------
 
 /// Shrink rows [S, P, R] in double; `round_shrink` rounds each to the weight dtype (RNE).
 std::vector<double> oracle_shrink(const Problem& problem, bool round_shrink);

@@ -37,7 +37,8 @@ void to_thread_major(const uint16_t* src, int64_t hidden, float* dst) {
   std::fill(dst, dst + tiles * kShrinkTile, 0.0f);
   for (int64_t k = 0; k < hidden; ++k) {
     const int64_t in_tile = k % kShrinkTile;
-    dst[k - in_tile + (in_tile % kPerThread) * kThreads + in_tile / kPerThread] = widen_t<D>(src[k]);
+    const int64_t slot = k - in_tile + (in_tile % kPerThread) * kThreads + in_tile / kPerThread;
+    dst[slot] = widen_t<D>(src[k]);
   }
 }
 

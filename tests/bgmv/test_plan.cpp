@@ -1,0 +1,252 @@
+// Host selectors of spec bgmv §4.1, §4.4, §5, §6, §7, the §9 support set and workspace sizes.
+// Every example the spec lists as test-asserted is reproduced here.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+#include "bgmv/plan.h"
+#include "cakemoe/errors.h"
+
+namespace cakemoe {
+namespace bgmv {
+namespace {
+
+void expect_shrink(int64_t p, int64_t r, int64_t h, Arch arch, int form, int splits) {
+  const ShrinkLaunch s = select_generic_shrink(p, r, h, arch);
+  EXPECT_EQ(s.form, form) << "P=" << p << " R=" << r << " H=" << h << " " << arch_name(arch);
+  EXPECT_EQ(s.splits, splits) << "P=" << p << " R=" << r << " H=" << h << " " << arch_name(arch);
+}
+
+TEST(BgmvPlanSelectors, ShrinkLaunchSpecExamples) {
+  // spec §4.1, sm90a.
+  expect_shrink(32, 32, 7168, Arch::kSm90a, 2, 1);
+  expect_shrink(32, 8, 7168, Arch::kSm90a, 2, 4);
+  expect_shrink(8, 32, 5888, Arch::kSm90a, 2, 4);
+  expect_shrink(8, 64, 736, Arch::kSm90a, 2, 1);
+  expect_shrink(8192, 32, 3072, Arch::kSm90a, 0, 1);
+  expect_shrink(65, 64, 7168, Arch::kSm90a, 0, 1);
+  expect_shrink(256, 16, 4096, Arch::kSm90a, 2, 1);
+  expect_shrink(512, 16, 4096, Arch::kSm90a, 0, 1);
+  // Blackwell.
+  expect_shrink(128, 64, 7168, Arch::kSm100a, 2, 1);
+  expect_shrink(129, 64, 7168, Arch::kSm100a, 0, 1);
+  expect_shrink(512, 16, 3072, Arch::kSm100a, 0, 1);
+}
+
+TEST(BgmvPlanSelectors, ShrinkLaunchDeepRingBoundaries) {
+  expect_shrink(128, 64, 7168, Arch::kSm103a, 2, 1);
+  expect_shrink(1024, 8, 5888, Arch::kSm103a, 2, 1);
+  expect_shrink(1025, 8, 7168, Arch::kSm103a, 0, 1);
+  expect_shrink(1024, 8, 2048, Arch::kSm103a, 0, 1);
+  expect_shrink(128, 64, 7168, Arch::kSm90a, 0, 1);  // SM90 keeps the 512-CTA rule
+  expect_shrink(512, 8, 768, Arch::kSm90a, 2, 1);
+  // Splits: bounded by the tile count, 8, and P <= 128.
+  expect_shrink(1, 8, 16384, Arch::kSm90a, 2, 8);
+  expect_shrink(1, 8, 3000, Arch::kSm90a, 2, 3);
+  expect_shrink(129, 8, 16384, Arch::kSm90a, 2, 1);
+  EXPECT_THROW(select_generic_shrink(0, 32, 3072, Arch::kSm90a), InvalidArgument);
+  EXPECT_THROW(select_generic_shrink(8, 24, 3072, Arch::kSm90a), InvalidArgument);
+}
+
+TEST(BgmvPlanSelectors, PdlModeSpecExamples) {
+  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 16, 2944, Arch::kSm90a, 132), 1);
+  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 128, 1472, Arch::kSm90a, 132), 1);
+  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 512, 736, Arch::kSm90a, 132), 0);
+  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 128, 1472, Arch::kSm100a, 148), 2);
+  // H200: early while T * ceil(H / 128) <= 1584.
+  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 66, 3072, Arch::kSm90a, 132), 1);   // 1584
+  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 67, 3072, Arch::kSm90a, 132), 0);   // 1608
+  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 8, 3072, Arch::kSm100a, 148), 1);
+  EXPECT_EQ(select_pdl_mode(Variant::kSpecialized, 8, 3072, Arch::kSm100a, 148), 0);
+  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 8, 3072, Arch::kOther, 100), 0);
+}
+
+TEST(BgmvPlanSelectors, GroupedSpecExamples) {
+  EXPECT_TRUE(select_grouped(8192, 4096, 8, 128, 4096, 32));
+  EXPECT_TRUE(select_grouped(4096, 2048, 8, 128, 3072, 32));
+  EXPECT_FALSE(select_grouped(2048, 1024, 8, 128, 3072, 32));
+  EXPECT_TRUE(select_grouped(2048, 1024, 4, 128, 4096, 64));
+  EXPECT_FALSE(select_grouped(2048, 1024, 4, 128, 4096, 32));
+  EXPECT_FALSE(select_grouped(8192, 4096, 64, 128, 4096, 32));  // 8192 bins
+  EXPECT_FALSE(select_grouped(8192, 4096, 8, 128, 768, 8));
+  EXPECT_TRUE(select_grouped(8192, 4096, 8, 128, 768, 16));
+  EXPECT_FALSE(select_grouped(8192, 4096, 8, 128, 512, 16));
+  // More rows of the FlashInfer selector test.
+  EXPECT_FALSE(select_grouped(3072, 1536, 4, 128, 7168, 8));
+  EXPECT_TRUE(select_grouped(4096, 2048, 4, 128, 7168, 8));
+  EXPECT_FALSE(select_grouped(1024, 512, 8, 128, 4096, 32));
+  EXPECT_FALSE(select_grouped(8192, 4096, 0, 128, 4096, 32));
+  EXPECT_TRUE(select_grouped(8192, 4096, 8, 128, 2048, 8));
+  EXPECT_TRUE(select_grouped(8192, 4096, 8, 128, 768, 32));
+  // spec §11.2 auto-selection: (H=2048, R=64, T=1024) grouped; R=16 T=1024 not; R=16 T=2048 yes.
+  EXPECT_TRUE(select_grouped(2048, 1024, 2, 128, 2048, 64));
+  EXPECT_FALSE(select_grouped(2048, 1024, 2, 128, 2048, 16));
+  EXPECT_TRUE(select_grouped(4096, 2048, 2, 128, 2048, 16));
+}
+
+TEST(BgmvPlanSelectors, OrderRemapSpecExamples) {
+  const Arch h = Arch::kSm90a;
+  EXPECT_TRUE(select_order_remap(1024, 512, 8, 128, 7168, 64, h));
+  EXPECT_TRUE(select_order_remap(1024, 512, 8, 128, 7168, 16, h));
+  EXPECT_FALSE(select_order_remap(1024, 512, 8, 128, 3072, 32, h));
+  EXPECT_FALSE(select_order_remap(1024, 512, 8, 128, 2048, 64, h));
+  EXPECT_TRUE(select_order_remap(1024, 512, 8, 128, 4096, 64, h));
+  EXPECT_TRUE(select_order_remap(1024, 512, 8, 128, 16384, 8, h));
+  EXPECT_FALSE(select_order_remap(1024, 512, 8, 128, 8192, 8, h));
+  EXPECT_FALSE(select_order_remap(512, 256, 8, 128, 7168, 64, h));
+  EXPECT_FALSE(select_order_remap(8192, 4096, 8, 128, 7168, 64, h));
+  EXPECT_FALSE(select_order_remap(2048, 1024, 64, 128, 7168, 64, h));  // 8192 bins
+  EXPECT_TRUE(select_order_remap(2048, 1024, 8, 128, 7168, 16, h));
+  // Non-SM90 never remaps.
+  EXPECT_FALSE(select_order_remap(1024, 512, 8, 128, 7168, 64, Arch::kSm100a));
+  EXPECT_FALSE(select_order_remap(1024, 512, 8, 128, 7168, 64, Arch::kSm103a));
+  // spec §11.2: SM90 picks the remap for (7168, R=64, T=512, k=2).
+  EXPECT_TRUE(select_order_remap(1024, 512, 2, 128, 7168, 64, h));
+}
+
+TEST(BgmvPlanSelectors, VariantAndSchedules) {
+  // spec §7 DECISION: generic everywhere on SM90.
+  EXPECT_EQ(select_variant(256, 3072, 32, Arch::kSm90a, true), Variant::kGeneric);
+  EXPECT_EQ(select_variant(256, 3072, 32, Arch::kSm100a, true), Variant::kSpecialized);
+  EXPECT_EQ(select_variant(256, 2688, 32, Arch::kSm103a, true), Variant::kSpecialized);
+  EXPECT_EQ(select_variant(16, 3072, 32, Arch::kSm100a, true), Variant::kGeneric);
+  EXPECT_EQ(select_variant(2048, 3072, 32, Arch::kSm100a, true), Variant::kGeneric);
+  EXPECT_EQ(select_variant(256, 3072, 16, Arch::kSm100a, true), Variant::kGeneric);
+  EXPECT_EQ(select_variant(256, 3072, 32, Arch::kSm100a, false), Variant::kGeneric);
+  EXPECT_EQ(select_generic_schedule(8), 0);
+  EXPECT_EQ(select_generic_schedule(9), 1);
+  EXPECT_EQ(select_specialized_schedule(4, 3072), 0);
+  EXPECT_EQ(select_specialized_schedule(512, 3072), 2);
+  EXPECT_EQ(select_specialized_schedule(1024, 2688), 2);
+  EXPECT_EQ(select_specialized_schedule(512, 2688), 1);
+  EXPECT_EQ(select_specialized_schedule(32, 3072), 1);
+}
+
+TEST(BgmvPlanSupport, ReasonsInSpecOrder) {
+  SupportQuery q;
+  q.num_slices = 1;
+  q.rank = 32;
+  q.hidden = 3072;
+  q.feat_out = 3072;
+  EXPECT_TRUE(cake_support(q).supported());
+  q.capability = Capability{9, 0};
+  EXPECT_TRUE(cake_support(q).supported());
+  q.capability = Capability{8, 0};
+  EXPECT_EQ(cake_support(q).reason,
+            "Cake BGMV MoE requires an exact SM90, SM100 or SM103 CUDA device; got "
+            "capability=(8, 0)");
+  EXPECT_EQ(cake_support(q).argument, "device");
+  q.capability = Capability{10, 1};
+  EXPECT_FALSE(cake_support(q).supported());
+  q.capability.reset();
+  // Every later rule broken at once: the first one in §9 order wins, then the next, ...
+  q.num_slices = 2;
+  q.rank = 12;
+  q.hidden = 2052;
+  q.feat_out = 1000;
+  EXPECT_EQ(cake_support(q).reason, "Cake BGMV MoE requires exactly one LoRA slice, got 2");
+  q.num_slices = 1;
+  EXPECT_EQ(cake_support(q).reason, "Cake BGMV MoE requires LoRA rank in (8, 16, 32, 64), got 12");
+  q.rank = 64;
+  EXPECT_EQ(cake_support(q).reason,
+            "Cake BGMV MoE hidden_size must be a positive multiple of 8, got 2052");
+  EXPECT_EQ(cake_support(q).argument, "x");
+  q.hidden = 2048;
+  EXPECT_EQ(cake_support(q).reason,
+            "Cake BGMV MoE requires LoRA-B feat_out == hidden_size, got feat_out=1000 for "
+            "hidden_size=2048");
+  EXPECT_EQ(cake_support(q).argument, "lora_b_weights");
+  EXPECT_EQ(fallback_warning("why"),
+            "prepare_bgmv_moe: falling back to the portable bgmv_moe_shrink/bgmv_moe_expand path "
+            "(why). Pass fallback=false to raise instead.");
+}
+
+TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
+  const RouteIndexLayout l = route_index_layout(10);
+  EXPECT_EQ(l.count, 4);
+  EXPECT_EQ(l.base_even, 14);
+  EXPECT_EQ(l.base_odd, 24);
+  EXPECT_EQ(l.slots, 34);
+  EXPECT_EQ(l.split_partials, 4 + 19 * 10);
+  EXPECT_EQ(l.total_words, 4 + 19 * 10 + 8 * 128 * 64 + 128 * 8);
+  const GroupedWorkspace g = grouped_workspace(8192, 4096, 8, 128, 3072);
+  EXPECT_EQ(g.bins, 1024);
+  EXPECT_EQ(g.max_tiles, 1536);
+  EXPECT_EQ(g.hist_ctas, 8);
+  EXPECT_EQ(g.int_words, 4 + 1025 + 1536 + 8192 + 4096 + 4096 * 16 + 2 * 8 * 1024);
+  EXPECT_EQ(g.partial_floats, 8192 * 3072);
+  EXPECT_EQ(grouped_workspace(1, 1, 1, 1, 8).hist_ctas, 1);
+  EXPECT_EQ(grouped_workspace(1 << 20, 1, 1, 1, 8).hist_ctas, 64);
+  EXPECT_EQ(order_workspace_words(3000), 3000);
+}
+
+ProblemDesc desc(int64_t t, int64_t p, int64_t h, int64_t r, int64_t l, int64_t e) {
+  ProblemDesc d;
+  d.num_tokens = t;
+  d.num_pairs = p;
+  d.hidden = h;
+  d.rank = r;
+  d.num_loras = l;
+  d.num_experts = e;
+  return d;
+}
+
+TEST(BgmvPlanChoice, CakeChoices) {
+  PlanChoice c = choose_cake_plan(desc(4, 8, 3072, 32, 2, 128));
+  EXPECT_EQ(c.variant, Variant::kGeneric);
+  ASSERT_TRUE(c.shrink_launch.has_value());
+  EXPECT_EQ(c.shrink_launch->form, 2);
+  EXPECT_EQ(c.shrink_launch->splits, 3);
+  EXPECT_FALSE(c.grouped);
+  EXPECT_FALSE(c.order_remap);
+  EXPECT_EQ(c.pdl_mode, 1);
+  EXPECT_EQ(c.schedule_id, 0);
+  // Auto remap (SM90, 7168 x 64, T = 512): the remap forms are two-stage.
+  c = choose_cake_plan(desc(512, 1024, 7168, 64, 2, 128));
+  EXPECT_TRUE(c.order_remap);
+  EXPECT_EQ(c.shrink_launch->form, 0);
+  EXPECT_EQ(c.schedule_id, 1);
+  // Auto grouped wins over remap; forcing grouped off lets the remap heuristic run.
+  c = choose_cake_plan(desc(1024, 2048, 2048, 64, 2, 128));
+  EXPECT_TRUE(c.grouped);
+  EXPECT_FALSE(c.order_remap);
+  // Forced remap keeps the selector's splits (bitwise equal to identity dispatch).
+  ProblemDesc d = desc(4, 8, 3072, 32, 2, 128);
+  d.order_remap = true;
+  c = choose_cake_plan(d);
+  EXPECT_TRUE(c.order_remap);
+  EXPECT_EQ(c.shrink_launch->form, 0);
+  EXPECT_EQ(c.shrink_launch->splits, 3);
+  std::ostringstream os;
+  os << c;
+  EXPECT_NE(os.str().find("order_remap=1"), std::string::npos);
+}
+
+TEST(BgmvPlanChoice, ForcedConflictsAndLimits) {
+  ProblemDesc d = desc(1024, 2048, 2048, 64, 2, 128);  // grouped by heuristic
+  d.order_remap = true;
+  try {
+    choose_cake_plan(d);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), "order_remap");
+  }
+  d = desc(4, 5000, 3072, 32, 2, 128);
+  d.order_remap = true;
+  EXPECT_THROW(choose_cake_plan(d), InvalidArgument);  // > 4096 pairs
+  d = desc(4, 8, 3072, 32, 64, 128);
+  d.grouped = true;
+  EXPECT_THROW(choose_cake_plan(d), InvalidArgument);  // 8192 bins
+  d.grouped = false;
+  EXPECT_NO_THROW(choose_cake_plan(d));
+  const PlanChoice p = choose_portable_plan("because");
+  EXPECT_EQ(p.variant, Variant::kPortable);
+  EXPECT_FALSE(p.schedule_id.has_value());
+  EXPECT_FALSE(p.shrink_launch.has_value());
+  EXPECT_EQ(p.fallback_reason, "because");
+}
+
+}  // namespace
+}  // namespace bgmv
+}  // namespace cakemoe
