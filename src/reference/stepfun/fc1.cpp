@@ -158,14 +158,14 @@ void fc1(const Fc1Problem& p) {
 
     // De-interleave the CTA's 128 physical rows: scratch rows [0, 64) up, [64, 128) gate.
     std::vector<float> wt(static_cast<size_t>(kPhysicalRows * hidden));
+    int64_t slot[kPhysicalRows];
     for (int64_t j = 0; j < kPhysicalRows; ++j) {
-      const int64_t physical = block * kPhysicalRows + j;
-      const int64_t logical = formats::w1_logical_row(physical, p.intermediate);
-      const int64_t slot = logical < p.intermediate
-                               ? logical - block * kFeatures
-                               : kFeatures + logical - p.intermediate - block * kFeatures;
-      load_weight_row(w, e, physical, &wt[slot * hidden]);
+      const int64_t logical = formats::w1_logical_row(block * kPhysicalRows + j, p.intermediate);
+      slot[j] = logical < p.intermediate
+                    ? logical - block * kFeatures
+                    : kFeatures + logical - p.intermediate - block * kFeatures;
     }
+    load_weight_rows(w, e, block * kPhysicalRows, kPhysicalRows, slot, wt.data());
     std::vector<const float*> a_rows(static_cast<size_t>(m));
     for (int64_t i = 0; i < m; ++i) {
       const int64_t t = p.tables.permuted_idx_to_token_idx[rows[i]];

@@ -85,10 +85,9 @@ void fc2(const Fc2Problem& p) {
     const int64_t m = static_cast<int64_t>(rows.size());
 
     std::vector<float> wt(static_cast<size_t>(n * inter));
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t physical = h0 + j;
-      load_weight_row(w, e, physical, &wt[(formats::w2_logical_row(physical) - h0) * inter]);
-    }
+    int64_t slot[kBlockRows];
+    for (int64_t j = 0; j < n; ++j) slot[j] = formats::w2_logical_row(h0 + j) - h0;
+    load_weight_rows(w, e, h0, n, slot, wt.data());
     std::vector<const float*> a_rows(static_cast<size_t>(m));
     for (int64_t i = 0; i < m; ++i) a_rows[i] = &x[rows[i] * inter];
     std::vector<float> acc(static_cast<size_t>(m * n));

@@ -320,6 +320,25 @@ void load_weight_row(const WeightMatrix& w, int64_t expert, int64_t row, float* 
   }
 }
 
+void load_weight_rows(const WeightMatrix& w, int64_t expert, int64_t row0, int64_t n,
+                      const int64_t* dst, float* out) {
+  if (w.family != Family::kBF16) {
+    for (int64_t j = 0; j < n; ++j) load_weight_row(w, expert, row0 + j, out + dst[j] * w.cols);
+    return;
+  }
+  // NOTE: spec §4.4 (d): rows of one 64-wide K block are contiguous ([K/64, M, 64] per expert).
+  const auto* base = static_cast<const uint16_t*>(w.data) + expert * w.rows * w.cols;
+  for (int64_t kb = 0; kb < w.cols / formats::kBlockMajorK; ++kb) {
+    const uint16_t* src = base + (kb * w.rows + row0) * formats::kBlockMajorK;
+    for (int64_t j = 0; j < n; ++j) {
+      float* o = out + dst[j] * w.cols + kb * formats::kBlockMajorK;
+      for (int64_t i = 0; i < formats::kBlockMajorK; ++i) {
+        o[i] = formats::bf16_to_float(src[j * formats::kBlockMajorK + i]);
+      }
+    }
+  }
+}
+
 namespace {
 
 std::vector<float> dequantize_expert(const PreparedWeights& w, const WeightMatrix& m,

@@ -88,6 +88,11 @@ WeightMatrix gemm2_matrix(const StepFunWeights& view, const WeightDims& dims);
 /// fp8 e4m3, mxfp8 e4m3*2^(sf-127), bf16 as is. Every value is exact in fp32. out: [cols].
 void load_weight_row(const WeightMatrix& w, int64_t expert, int64_t row, float* out);
 
+/// Physical rows [row0, row0 + n) of one expert, physical row row0 + j into out + dst[j] * cols.
+/// Same values as load_weight_row; reads BlockMajorK (bf16) in memory order.
+void load_weight_rows(const WeightMatrix& w, int64_t expert, int64_t row0, int64_t n,
+                      const int64_t* dst, float* out);
+
 /// Inverse of the preparation: logical dequantized weights of one expert (raw * (1/w_gs) in fp32
 /// for nvfp4* and fp8), W1 as [2I, H] with rows [up; gate], W2 as [H, I].
 std::vector<float> dequantize_w1(const PreparedWeights& weights, int64_t expert);
