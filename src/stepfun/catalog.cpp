@@ -1,6 +1,13 @@
 #include "stepfun/catalog.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
 #include "cakemoe/errors.h"
+#include "core/cuda_util.h"
+#include "core/kernel_registry.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -33,28 +40,71 @@ const std::vector<int>& tile_ladder() {
   return ladder;
 }
 
+const char* stage_name(Stage stage) {
+  switch (stage) {
+    case Stage::kRouting: return "routing";
+    case Stage::kFc1: return "fc1";
+    case Stage::kRequant: return "requant";
+    case Stage::kFc2: return "fc2";
+    case Stage::kFinalize: return "finalize";
+  }
+  return "?";
+}
+
 std::vector<KernelUnit> catalog_units(Arch arch) {
-  static const std::vector<KernelUnit> cpu = build_cpu_units();
-  // TODO(issue #3): CUDA units (routing, fc1/fc2 per family and tile, requant, finalize).
-  if (arch == Arch::kCpu) return cpu;
-  return {};
+  if (arch == Arch::kCpu) return build_cpu_units();
+  std::vector<KernelUnit> units;
+  const Stage stages[] = {Stage::kRouting, Stage::kFc1, Stage::kRequant, Stage::kFc2,
+                          Stage::kFinalize};
+  for (Stage stage : stages) {
+    for (Family f : kFamilies) {
+      for (int tile : tile_ladder()) {
+        if (const KernelUnit* u = find_unit(stage, f, tile, arch)) units.push_back(*u);
+        if (!stage_has_family(stage)) break;
+      }
+      if (!stage_has_family(stage)) break;
+    }
+  }
+  return units;
 }
 
 Arch arch_of(Device device) {
   if (device.type == DeviceType::kCPU) return Arch::kCpu;
-  // TODO(issue #3): query the compute capability (9.0 -> kSm90, 10.0 -> kSm100, 10.3 -> kSm103).
-  return Arch::kPortable;
+  const int cc = core::cuda_capability(device.index);
+  if (cc == 90) return Arch::kSm90;
+  if (cc == 100) return Arch::kSm100;
+  if (cc == 103) return Arch::kSm103;
+  if (cc >= 80) return Arch::kPortable;
+  throw Unsupported("device", "cakemoe needs a CUDA device of compute capability >= 8.0, got " +
+                                  std::to_string(cc / 10) + "." + std::to_string(cc % 10));
 }
 
 const KernelUnit* find_unit(Stage stage, Family family, int tile, Arch arch) {
-  static const std::vector<KernelUnit> cpu = catalog_units(Arch::kCpu);
-  if (arch != Arch::kCpu) return nullptr;
-  for (const KernelUnit& u : cpu) {
-    if (u.stage != stage) continue;
-    if (stage_has_family(stage) && (u.family != family || u.tile != tile)) continue;
-    return &u;
+  if (arch == Arch::kCpu) {
+    static const std::vector<KernelUnit> cpu = build_cpu_units();
+    for (const KernelUnit& u : cpu) {
+      if (u.stage != stage) continue;
+      if (stage_has_family(stage) && (u.family != family || u.tile != tile)) continue;
+      return &u;
+    }
+    return nullptr;
   }
-  return nullptr;
+  // CUDA: the compiled units of the registry. Portable units run on every arch >= 8.0 that the
+  // build targets; Hopper-only units on SM90 alone.
+  // NOTE: units are cached per (stage, family, tile, arch) so plan() can hand out stable pointers.
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int, int>, std::unique_ptr<KernelUnit>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = cache[{int(stage), int(family), tile, int(arch)}];
+  if (!slot) {
+    const core::KernelUnit* u =
+        core::find_kernel_unit("stepfun", stage_name(stage),
+                               stage_has_family(stage) ? family_name(family) : "", tile,
+                               arch == Arch::kSm90);
+    if (!u) return nullptr;
+    slot = std::make_unique<KernelUnit>(KernelUnit{stage, family, tile, arch, u->name});
+  }
+  return slot.get();
 }
 
 }  // namespace stepfun

@@ -21,6 +21,8 @@ struct KernelUnit {
   std::string name;
 };
 
+/// "routing", "fc1", "requant", "fc2", "finalize": the stage names of the kernel registry.
+const char* stage_name(Stage stage);
 /// The dense tile ladder every family supports (spec §8 DECISION).
 const std::vector<int>& tile_ladder();
 /// Every unit usable on `arch`.

@@ -1,11 +1,11 @@
 // The whole layer: prepare_stepfun_moe allocates every intermediate buffer once and binds the five
 // stages to them; launch() only replays the bound stages (no allocation, no host sync).
-#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "cakemoe/errors.h"
 #include "core/check.h"
+#include "core/cuda_util.h"
 #include "stepfun/launch_impl.h"
 #include "stepfun/validate.h"
 
@@ -230,10 +230,8 @@ std::vector<Tensor> stepfun_moe(const MoeArgs& args, Stream stream) {
   launch.launch(stream);
   std::vector<Tensor> result;
   for (const TensorView& v : launch.outputs()) {
-    // TODO(issue #3): device-to-device copies for CUDA outputs.
-    require(v.device.type == DeviceType::kCPU, "device", "CUDA outputs land with issue #3");
     Tensor copy = Tensor::empty(v.sizes(), v.dtype, v.device);
-    std::memcpy(copy.data(), v.data, v.nbytes());
+    core::copy_tensor(copy, v, stream);
     result.push_back(copy);
   }
   return result;

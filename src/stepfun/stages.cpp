@@ -10,6 +10,7 @@
 #include "reference/stepfun/routing.h"
 #include "reference/stepfun/tables.h"
 #include "stepfun/cpu_gemm.h"
+#include "stepfun/cuda_stages.h"
 #include "stepfun/launch_impl.h"
 #include "stepfun/validate.h"
 
@@ -19,10 +20,18 @@ namespace ref = reference::stepfun;
 
 namespace {
 
-[[noreturn]] void no_cuda_backend(const char* stage) {
-  throw Unsupported("device", std::string("the CUDA StepFun ") + stage +
-                                  " kernels are not built yet (issue #3); pass CPU tensors to use "
-                                  "the reference engine");
+/// A stage served by a CUDA kernel unit: enqueues on the caller's stream.
+class DeviceStageLaunch final : public StepFunStageLaunch::Impl {
+ public:
+  explicit DeviceStageLaunch(CudaEnqueue enqueue) : enqueue_(std::move(enqueue)) {}
+  void launch(Stream stream) const override { enqueue_(stream); }
+
+ private:
+  CudaEnqueue enqueue_;
+};
+
+StepFunStageLaunch device_launch(CudaEnqueue enqueue) {
+  return StepFunStageLaunch(std::make_shared<DeviceStageLaunch>(std::move(enqueue)));
 }
 
 bool on_cpu(Device device) { return device.type == DeviceType::kCPU; }
@@ -56,7 +65,7 @@ void StepFunStageLaunch::launch(Stream stream) const {
 
 StepFunStageLaunch prepare_routing(const RoutingArgs& args) {
   const RoutingDims dims = validate_routing(args);
-  if (!on_cpu(dims.device)) no_cuda_backend("routing");
+  if (!on_cpu(dims.device)) return device_launch(bind_cuda_routing(args, dims));
   const ref::RoutingConfig config = routing_config(args, dims.num_tokens);
   ref::check_routing_config(config);
   // Host scratch for the logits-mode ids, allocated here so launch() allocates nothing.
@@ -84,7 +93,7 @@ StepFunStageLaunch prepare_routing(const RoutingArgs& args) {
 
 StepFunStageLaunch prepare_fc1(const Fc1Args& args) {
   const GemmDims dims = validate_fc1(args);
-  if (!on_cpu(args.hidden_states.device)) no_cuda_backend("fc1");
+  if (!on_cpu(args.hidden_states.device)) return device_launch(bind_cuda_fc1(args, dims));
   const Fc1Args a = args;
   return StepFunStageLaunch(std::make_shared<HostStageLaunch>([a, dims] {
     cpu_fc1(a, dims);
@@ -93,7 +102,7 @@ StepFunStageLaunch prepare_fc1(const Fc1Args& args) {
 
 StepFunStageLaunch prepare_requant(const RequantArgs& args) {
   const int64_t rows = validate_requant(args);
-  if (!on_cpu(args.gemm1_output.device)) no_cuda_backend("requant");
+  if (!on_cpu(args.gemm1_output.device)) return device_launch(bind_cuda_requant(args, rows));
   const RequantArgs a = args;
   return StepFunStageLaunch(std::make_shared<HostStageLaunch>([a, rows] {
     ref::requant_nvfp4_per_token(a.gemm1_output.ptr<uint16_t>(), rows, a.gemm1_output.shape[1],
@@ -106,7 +115,7 @@ StepFunStageLaunch prepare_requant(const RequantArgs& args) {
 
 StepFunStageLaunch prepare_fc2(const Fc2Args& args) {
   const GemmDims dims = validate_fc2(args);
-  if (!on_cpu(args.gemm2_input.device)) no_cuda_backend("fc2");
+  if (!on_cpu(args.gemm2_input.device)) return device_launch(bind_cuda_fc2(args, dims));
   const Fc2Args a = args;
   return StepFunStageLaunch(std::make_shared<HostStageLaunch>([a, dims] {
     cpu_fc2(a, dims);
@@ -115,7 +124,7 @@ StepFunStageLaunch prepare_fc2(const Fc2Args& args) {
 
 StepFunStageLaunch prepare_finalize(const FinalizeArgs& args) {
   const int64_t hidden = validate_finalize(args);
-  if (!on_cpu(args.gemm2_output.device)) no_cuda_backend("finalize");
+  if (!on_cpu(args.gemm2_output.device)) return device_launch(bind_cuda_finalize(args, hidden));
   ref::FinalizeShape shape;
   shape.num_tokens = args.expert_weights.shape[0];
   shape.top_k = args.expert_weights.shape[1];

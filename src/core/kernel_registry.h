@@ -1,0 +1,44 @@
+// The static catalog of compiled CUDA kernel units. Each src/<pipeline>/inst/<name>.cu defines one
+// entry with CAKEMOE_KERNEL_UNIT(<name>, ...); CMake lists the units it compiled in a generated
+// header, so the catalog holds exactly what was built (CAKEMOE_KERNELS=ci|all) and the linker keeps
+// every unit. Plain C++: the planners read it without CUDA headers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace cakemoe {
+namespace core {
+
+/// One compiled kernel unit. `launch` is the unit's launcher; its signature is fixed per
+/// (pipeline, stage) by the header that declares that stage's params (cast it there only).
+struct KernelUnit {
+  const char* name;      ///< the inst/ file name, e.g. "stepfun_fc1_nvfp4"
+  const char* pipeline;  ///< "stepfun" | "bgmv"
+  const char* stage;     ///< "routing", "fc1", "requant", "fc2", "finalize", "shrink", "expand", ...
+  const char* variant;   ///< family name ("nvfp4", ...) or dtype ("bf16", "fp16"); "" when unused
+  int size;              ///< tile (stepfun; 0 = any tile) or rank (bgmv; 0 = any rank)
+  const char* arch;      ///< "sm90a" (Hopper-only unit) or "portable" (sm_90a, sm_100a, sm_103a)
+  const void* launch;
+};
+
+/// Every unit of this build (empty without CUDA).
+const std::vector<const KernelUnit*>& kernel_units();
+
+/// The unit for (pipeline, stage, variant, size): an exact `size` match is preferred over a
+/// size-0 ("any") unit; a "sm90a" unit is only returned when `sm90` is true and is preferred
+/// there. nullptr when none.
+const KernelUnit* find_kernel_unit(const std::string& pipeline, const std::string& stage,
+                                   const std::string& variant, int size, bool sm90);
+
+}  // namespace core
+}  // namespace cakemoe
+
+/// Defines the catalog entry of one inst/ file. `name` must equal the file name (without .cu).
+#define CAKEMOE_KERNEL_UNIT(name, pipeline, stage, variant, size, arch, launch)          \
+  const ::cakemoe::core::KernelUnit* cakemoe_kernel_unit_##name() {                      \
+    static const ::cakemoe::core::KernelUnit unit{#name,   pipeline, stage,             \
+                                                  variant, size,     arch,              \
+                                                  reinterpret_cast<const void*>(launch)}; \
+    return &unit;                                                                        \
+  }
