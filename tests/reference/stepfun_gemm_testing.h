@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "cakemoe/stepfun.h"
@@ -95,14 +96,16 @@ struct Case {
   float c_gs() const { return static_cast<float>(weights.view.intermediate_scale_global); }
 };
 
-inline Case make_case(Family family, const Dims& d, bool calibrate = true) {
+/// Prepares a case from given logical tensors and routing (ids global, weights [T*K]).
+inline Case make_case_from(Family family, const Dims& d, Tensor hidden, Tensor w1, Tensor w2,
+                           std::vector<int32_t> ids, std::vector<float> topk_weights,
+                           bool calibrate = true) {
   Case c;
   c.dims = d;
   c.family = family;
-  testbed::Rng rng(d.seed);
-  c.hidden = random_bf16({d.tokens, d.hidden}, rng, 12.0f);
-  c.w1 = random_bf16({d.experts, 2 * d.inter, d.hidden}, rng, 1.0f / std::sqrt(float(d.hidden)));
-  c.w2 = random_bf16({d.experts, d.hidden, d.inter}, rng, 1.0f / std::sqrt(float(d.inter)));
+  c.hidden = hidden, c.w1 = w1, c.w2 = w2;
+  c.ids = std::move(ids);
+  c.topk_weights = std::move(topk_weights);
   float amax = 0.0f;
   for (float v : floats_of(c.hidden)) amax = std::max(amax, std::fabs(v));
   WeightPrepOptions o;
@@ -115,21 +118,6 @@ inline Case make_case(Family family, const Dims& d, bool calibrate = true) {
   if (family == Family::kFP8) o.hidden_states_scale_global = 448.0 / amax;
   c.weights = reference::stepfun::prepare_weights(c.w1, c.w2, o);
   c.acts = reference::stepfun::prepare_activations(family, c.hidden, o.hidden_states_scale_global);
-  // K distinct experts per token, weights positive and normalized.
-  for (int64_t t = 0; t < d.tokens; ++t) {
-    std::vector<int32_t> chosen;
-    while (static_cast<int64_t>(chosen.size()) < d.top_k) {
-      const int32_t e = static_cast<int32_t>(rng.integer(0, d.experts));
-      if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
-    }
-    std::vector<float> w(static_cast<size_t>(d.top_k));
-    float sum = 0.0f;
-    for (float& x : w) sum += (x = rng.uniform(0.1f, 1.0f));
-    for (int64_t k = 0; k < d.top_k; ++k) {
-      c.ids.push_back(chosen[k]);
-      c.topk_weights.push_back(w[k] / sum);
-    }
-  }
   if (calibrate && (family == Family::kNVFP4 || family == Family::kFP8)) {
     set_intermediate_scale(&c.weights, calibrate_intermediate_scale(c.oracle_problem()));
   }
@@ -143,6 +131,34 @@ inline Case make_case(Family family, const Dims& d, bool calibrate = true) {
   c.max_padded = table_sizes(rc).max_padded;
   c.layout = d.tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
   return c;
+}
+
+/// A seeded §10.3-style case: random data, K distinct random experts per token.
+inline Case make_case(Family family, const Dims& d, bool calibrate = true) {
+  testbed::Rng rng(d.seed);
+  Tensor hidden = random_bf16({d.tokens, d.hidden}, rng, 12.0f);
+  Tensor w1 =
+      random_bf16({d.experts, 2 * d.inter, d.hidden}, rng, 1.0f / std::sqrt(float(d.hidden)));
+  Tensor w2 = random_bf16({d.experts, d.hidden, d.inter}, rng, 1.0f / std::sqrt(float(d.inter)));
+  // K distinct experts per token, weights positive and normalized.
+  std::vector<int32_t> ids;
+  std::vector<float> topk_weights;
+  for (int64_t t = 0; t < d.tokens; ++t) {
+    std::vector<int32_t> chosen;
+    while (static_cast<int64_t>(chosen.size()) < d.top_k) {
+      const int32_t e = static_cast<int32_t>(rng.integer(0, d.experts));
+      if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+    }
+    std::vector<float> w(static_cast<size_t>(d.top_k));
+    float sum = 0.0f;
+    for (float& x : w) sum += (x = rng.uniform(0.1f, 1.0f));
+    for (int64_t k = 0; k < d.top_k; ++k) {
+      ids.push_back(chosen[k]);
+      topk_weights.push_back(w[k] / sum);
+    }
+  }
+  return make_case_from(family, d, hidden, w1, w2, std::move(ids), std::move(topk_weights),
+                        calibrate);
 }
 
 /// Bytes per FC1-output row and SF columns of a family (spec §4.2).

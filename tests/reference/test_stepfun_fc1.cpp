@@ -110,6 +110,41 @@ int64_t count_mismatches(const Case& c, const std::vector<double>& got,
   return bad;
 }
 
+TEST(StepfunFc1, EpilogueHandValuesBothExpertLimits) {
+  // x = e_0 and W1 rows holding (up, gate) in column 0 make the accumulators exactly (u, g).
+  Dims d;
+  d.tokens = 2, d.hidden = 64, d.inter = 64, d.experts = 2, d.top_k = 1, d.tile = 8;
+  d.limits = {7.0f, 16.0f};
+  const float up[] = {10, -12, 3, 2, -8, 6.5f, 0.5f};
+  const float gate[] = {20, 20, -3, 2, 8, 7.5f, -20};
+  // min(silu(g), L) * clamp(u, -L, L), evaluated by hand (silu(g) = g / (1 + e^-g)).
+  const double want[2][7] = {
+      {49, -49, -0.426832859, 3.52318831, -49, 45.5, -2.06115362e-08},
+      {160, -192, -0.426832859, 3.52318831, -63.9785376, 48.723052, -2.06115362e-08}};
+  Tensor hidden = Tensor::empty({2, 64}, DType::kBF16);
+  Tensor w1 = Tensor::empty({2, 128, 64}, DType::kBF16);
+  Tensor w2 = Tensor::empty({2, 64, 64}, DType::kBF16);
+  for (const Tensor* t : {&hidden, &w1, &w2}) std::memset(t->data(), 0, t->nbytes());
+  hidden.ptr<uint16_t>()[0] = hidden.ptr<uint16_t>()[64] = formats::bf16_from_float(1.0f);
+  for (int64_t e = 0; e < 2; ++e) {
+    for (int i = 0; i < 7; ++i) {
+      w1.ptr<uint16_t>()[(e * 128 + i) * 64] = formats::bf16_from_float(up[i]);
+      w1.ptr<uint16_t>()[(e * 128 + 64 + i) * 64] = formats::bf16_from_float(gate[i]);
+    }
+  }
+  const Case c = testing::make_case_from(Family::kBF16, d, hidden, w1, w2, {0, 1}, {1.0f, 1.0f});
+  Fc1Out out;
+  fc1(testing::fc1_problem(c, &out));
+  for (int64_t t = 0; t < 2; ++t) {
+    const std::vector<double> got =
+        testing::decode_fc1_row(c, out, c.tables.expanded_idx_to_permuted_idx[t]);
+    for (int i = 0; i < 64; ++i) {
+      const double w = i < 7 ? want[t][i] : 0.0;  // zero rows: 0 * silu(0) = 0
+      EXPECT_NEAR(got[i], w, std::ldexp(std::fabs(w), -8)) << "expert " << t << " feature " << i;
+    }
+  }
+}
+
 TEST(StepfunFc1, EpilogueBothLimitBranchesTinyCase) {
   Dims d;
   d.tokens = 6, d.hidden = 64, d.inter = 64, d.experts = 1, d.top_k = 1, d.tile = 8;
