@@ -83,8 +83,8 @@ StepFunActivations prepare_activations(Family family, const TensorView& hidden, 
       if (family == Family::kNVFP4BF16Tok) {
         // NOTE: spec §4.3: decode p = rowAmax/2688 (as rowAmax * (1/2688), the §6 numerics),
         // blocks encoded with 1/p; a zero row gives p = 0 and all-zero blocks.
-        out.per_token_scale.ptr<float>()[t] = formats::nvfp4_per_token_quantize_row(
-            x.data(), h, 1.0f / kNvfp4GlobalMax, packed, sf);
+        out.per_token_scale.ptr<float>()[t] =
+            formats::nvfp4_per_token_quantize_row(x.data(), h, 1.0f / kNvfp4GlobalMax, packed, sf);
       } else {
         for (int64_t c = 0; c < h / formats::kNvfp4Block; ++c) {
           formats::nvfp4_quantize_block16(x.data() + c * formats::kNvfp4Block, global,

@@ -31,10 +31,10 @@ StepFunActivations prepare_activations(Family family, const TensorView& hidden,
 /// of nvfp4_bf16tok is the requant output, i.e. the nvfp4 format.
 struct ActivationMatrix {
   Family family = Family::kNVFP4;
-  const void* data = nullptr;          ///< e2m1x2 [rows, cols/2] | e4m3 / bf16 [rows, cols]
-  const uint8_t* scale = nullptr;      ///< e4m3 (nvfp4*) / ue8m0 (mxfp8) block scales
+  const void* data = nullptr;      ///< e2m1x2 [rows, cols/2] | e4m3 / bf16 [rows, cols]
+  const uint8_t* scale = nullptr;  ///< e4m3 (nvfp4*) / ue8m0 (mxfp8) block scales
   SfLayout scale_layout = SfLayout::kLinear;
-  int64_t cols = 0;                    ///< K of the GEMM reading it
+  int64_t cols = 0;  ///< K of the GEMM reading it
 };
 
 /// Row `row` in accumulator units (spec §5.2): nvfp4* e2m1*sf (no global or per-token scale),

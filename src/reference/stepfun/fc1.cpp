@@ -134,7 +134,8 @@ void fc1(const Fc1Problem& p) {
   act_view.scale_layout = SfLayout::kLinear;  // spec §4.2: hidden-state scales are linear
   act_view.cols = hidden;
   std::vector<float> act(static_cast<size_t>(tokens * hidden));
-  core::parallel_for(tokens, [&](int64_t t) { load_activation_row(act_view, t, &act[t * hidden]); });
+  core::parallel_for(tokens,
+                     [&](int64_t t) { load_activation_row(act_view, t, &act[t * hidden]); });
   const std::vector<float> zero_row(static_cast<size_t>(hidden), 0.0f);
 
   WeightMatrix w;
@@ -161,9 +162,8 @@ void fc1(const Fc1Problem& p) {
     int64_t slot[kPhysicalRows];
     for (int64_t j = 0; j < kPhysicalRows; ++j) {
       const int64_t logical = formats::w1_logical_row(block * kPhysicalRows + j, p.intermediate);
-      slot[j] = logical < p.intermediate
-                    ? logical - block * kFeatures
-                    : kFeatures + logical - p.intermediate - block * kFeatures;
+      slot[j] = logical < p.intermediate ? logical - block * kFeatures
+                                         : kFeatures + logical - p.intermediate - block * kFeatures;
     }
     load_weight_rows(w, e, block * kPhysicalRows, kPhysicalRows, slot, wt.data());
     std::vector<const float*> a_rows(static_cast<size_t>(m));

@@ -18,23 +18,23 @@ using ::cakemoe::stepfun::SfLayout;
 /// Everything FC1 reads and writes (caller-owned buffers, shapes of spec §4.2).
 struct Fc1Problem {
   Family family = Family::kNVFP4;
-  int64_t num_tokens = 0;                       ///< T: rows of hidden_states
-  int64_t hidden = 0;                           ///< H (multiple of 64)
-  int64_t intermediate = 0;                     ///< I (multiple of 64)
-  int64_t num_experts = 0;                      ///< E_loc
-  const void* hidden_states = nullptr;          ///< e2m1x2 [T, H/2] | e4m3 / bf16 [T, H]
-  const uint8_t* hidden_states_scale = nullptr; ///< linear e4m3 [T, H/16] | ue8m0 [T, H/32]
-  const float* per_token_scale = nullptr;       ///< nvfp4_bf16tok: [>= T] decode scales
-  const void* gemm1_weights = nullptr;          ///< physical W1 view
-  const uint8_t* gemm1_weights_scale = nullptr; ///< 128x4 block scales (nvfp4*, mxfp8)
-  const float* output1_scale_scalar = nullptr;      ///< sc [E_loc] (nvfp4*, fp8)
-  const float* output1_scale_gate_scalar = nullptr; ///< sg [E_loc] (nvfp4*, fp8)
-  const float* gemm1_clamp_limit = nullptr;     ///< cl [E_loc], family units (spec §3.2)
+  int64_t num_tokens = 0;                            ///< T: rows of hidden_states
+  int64_t hidden = 0;                                ///< H (multiple of 64)
+  int64_t intermediate = 0;                          ///< I (multiple of 64)
+  int64_t num_experts = 0;                           ///< E_loc
+  const void* hidden_states = nullptr;               ///< e2m1x2 [T, H/2] | e4m3 / bf16 [T, H]
+  const uint8_t* hidden_states_scale = nullptr;      ///< linear e4m3 [T, H/16] | ue8m0 [T, H/32]
+  const float* per_token_scale = nullptr;            ///< nvfp4_bf16tok: [>= T] decode scales
+  const void* gemm1_weights = nullptr;               ///< physical W1 view
+  const uint8_t* gemm1_weights_scale = nullptr;      ///< 128x4 block scales (nvfp4*, mxfp8)
+  const float* output1_scale_scalar = nullptr;       ///< sc [E_loc] (nvfp4*, fp8)
+  const float* output1_scale_gate_scalar = nullptr;  ///< sg [E_loc] (nvfp4*, fp8)
+  const float* gemm1_clamp_limit = nullptr;          ///< cl [E_loc], family units (spec §3.2)
   GemmTables tables;
-  void* gemm1_output = nullptr;                 ///< e2m1x2 [rows, I/2] | e4m3 / bf16 [rows, I]
-  uint8_t* gemm1_output_scale = nullptr;        ///< nvfp4: e4m3, mxfp8: ue8m0, in the layout below
+  void* gemm1_output = nullptr;           ///< e2m1x2 [rows, I/2] | e4m3 / bf16 [rows, I]
+  uint8_t* gemm1_output_scale = nullptr;  ///< nvfp4: e4m3, mxfp8: ue8m0, in the layout below
   SfLayout output_scale_layout = SfLayout::kR8C4;
-  int64_t output_rows = 0;                      ///< rows of gemm1_output (max_padded)
+  int64_t output_rows = 0;  ///< rows of gemm1_output (max_padded)
 };
 
 /// Runs FC1. Only valid rows (and their scale bytes) are written; padded rows stay untouched.

@@ -60,9 +60,8 @@ void fc2(const Fc2Problem& p) {
   std::vector<int64_t> valid;
   for (const auto& rows : groups.rows) valid.insert(valid.end(), rows.begin(), rows.end());
   std::vector<float> x(static_cast<size_t>(p.rows * inter));
-  core::parallel_for(static_cast<int64_t>(valid.size()), [&](int64_t i) {
-    load_activation_row(in, valid[i], &x[valid[i] * inter]);
-  });
+  core::parallel_for(static_cast<int64_t>(valid.size()),
+                     [&](int64_t i) { load_activation_row(in, valid[i], &x[valid[i] * inter]); });
 
   WeightMatrix w;
   w.family = p.family;
@@ -97,8 +96,8 @@ void fc2(const Fc2Problem& p) {
     for (int64_t i = 0; i < m; ++i) {
       const int64_t row = rows[i];
       // NOTE: spec §7.1: nvfp4_bf16tok s = output2_scale_scalar[e] * per_token_scale[row].
-      const float s = p.family == Family::kNVFP4BF16Tok ? expert_scale * p.per_token_scale[row]
-                                                        : expert_scale;
+      const float s =
+          p.family == Family::kNVFP4BF16Tok ? expert_scale * p.per_token_scale[row] : expert_scale;
       uint16_t* out = p.gemm2_output + row * hidden + h0;
       for (int64_t j = 0; j < n; ++j) out[j] = formats::bf16_from_float(acc[i * n + j] * s);
     }

@@ -23,13 +23,13 @@ struct Fc2Problem {
   const void* gemm2_input = nullptr;           ///< e2m1x2 [rows, I/2] | e4m3 / bf16 [rows, I]
   const uint8_t* gemm2_input_scale = nullptr;  ///< nvfp4*: e4m3, mxfp8: ue8m0 block scales
   SfLayout input_scale_layout = SfLayout::kR8C4;
-  const float* per_token_scale = nullptr;      ///< nvfp4_bf16tok: [>= rows], per permuted row
-  const void* gemm2_weights = nullptr;         ///< physical W2 view
+  const float* per_token_scale = nullptr;  ///< nvfp4_bf16tok: [>= rows], per permuted row
+  const void* gemm2_weights = nullptr;     ///< physical W2 view
   const uint8_t* gemm2_weights_scale = nullptr;
-  const float* output2_scale_scalar = nullptr; ///< [E_loc] (nvfp4*, fp8)
-  GemmTables tables;                           ///< permuted_idx_to_token_idx is not read
-  uint16_t* gemm2_output = nullptr;            ///< bf16 [rows, H]
-  int64_t rows = 0;                            ///< rows of gemm2_input / gemm2_output
+  const float* output2_scale_scalar = nullptr;  ///< [E_loc] (nvfp4*, fp8)
+  GemmTables tables;                            ///< permuted_idx_to_token_idx is not read
+  uint16_t* gemm2_output = nullptr;             ///< bf16 [rows, H]
+  int64_t rows = 0;                             ///< rows of gemm2_input / gemm2_output
 };
 
 /// Runs FC2 with s = output2_scale_scalar[e] (nvfp4, fp8), output2_scale_scalar[e] *

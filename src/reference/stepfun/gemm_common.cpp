@@ -68,7 +68,8 @@ void micro_tile(const float* const* a, int64_t k0, const float* b, int64_t ldb, 
 #endif
   for (; kk < kc; ++kk)
     for (int i = 0; i < MR; ++i)
-      for (int j = 0; j < NR; ++j) sums[i][j] = std::fma(a[i][k0 + kk], b[j * ldb + kk], sums[i][j]);
+      for (int j = 0; j < NR; ++j)
+        sums[i][j] = std::fma(a[i][k0 + kk], b[j * ldb + kk], sums[i][j]);
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {
       float& out = c[i * ldc + j];
@@ -108,18 +109,18 @@ ExpertRows group_rows_by_expert(const GemmTables& tables, int64_t num_experts,
                       ", outside [0, E_loc = " + std::to_string(num_experts) + ")");
     const int64_t begin = n * tables.tile;
     const int64_t limit = tables.cta_idx_xy_to_mn_limit[n];
-    core::require(limit >= begin && limit <= begin + tables.tile && limit <= output_rows,
-                  "cta_idx_xy_to_mn_limit",
-                  "entry " + std::to_string(n) + " = " + std::to_string(limit) +
-                      " must lie in [n*tile, min((n+1)*tile, rows = " +
-                      std::to_string(output_rows) + ")]");
+    core::require(
+        limit >= begin && limit <= begin + tables.tile && limit <= output_rows,
+        "cta_idx_xy_to_mn_limit",
+        "entry " + std::to_string(n) + " = " + std::to_string(limit) +
+            " must lie in [n*tile, min((n+1)*tile, rows = " + std::to_string(output_rows) + ")]");
     for (int64_t r = begin; r < limit; ++r) groups.rows[expert].push_back(r);
   }
   return groups;
 }
 
-void rows_dot(const float* const* a_rows, int64_t m, const float* b, int64_t n, int64_t k,
-              float* c, int64_t ldc) {
+void rows_dot(const float* const* a_rows, int64_t m, const float* b, int64_t n, int64_t k, float* c,
+              int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
@@ -131,8 +132,8 @@ void rows_dot(const float* const* a_rows, int64_t m, const float* b, int64_t n, 
       const int64_t nr = std::min<int64_t>(kNr, n - j0);
       for (int64_t i0 = 0; i0 < m; i0 += kMr) {
         const int64_t mr = std::min<int64_t>(kMr, m - i0);
-        kMicroTiles[mr - 1][nr - 1](a_rows + i0, k0, b + j0 * k + k0, k, kc, c + i0 * ldc + j0,
-                                    ldc, k0 > 0);
+        kMicroTiles[mr - 1][nr - 1](a_rows + i0, k0, b + j0 * k + k0, k, kc, c + i0 * ldc + j0, ldc,
+                                    k0 > 0);
       }
     }
   }

@@ -37,8 +37,7 @@ std::vector<double> dequantize_hidden(const PreparedWeights& w, const StepFunAct
   std::vector<float> row(static_cast<size_t>(h));
   for (int64_t t = 0; t < tokens; ++t) {
     load_activation_row(m, t, row.data());
-    const double decode =
-        f == Family::kNVFP4BF16Tok ? a.per_token_scale.ptr<float>()[t] : a_decode;
+    const double decode = f == Family::kNVFP4BF16Tok ? a.per_token_scale.ptr<float>()[t] : a_decode;
     for (int64_t k = 0; k < h; ++k) x[t * h + k] = row[k] * decode;
   }
   return x;
@@ -52,8 +51,8 @@ std::vector<double> dequantize_expert(const PreparedWeights& w, bool gemm1, int6
   std::vector<double> out(static_cast<size_t>(m.rows * m.cols));
   std::vector<float> row(static_cast<size_t>(m.cols));
   for (int64_t r = 0; r < m.rows; ++r) {
-    const int64_t physical = gemm1 ? formats::w1_physical_row(r, w.dims.intermediate)
-                                   : formats::w2_physical_row(r);
+    const int64_t physical =
+        gemm1 ? formats::w1_physical_row(r, w.dims.intermediate) : formats::w2_physical_row(r);
     load_weight_row(m, e, physical, row.data());
     for (int64_t k = 0; k < m.cols; ++k) out[r * m.cols + k] = row[k] * decode;
   }
@@ -74,7 +73,8 @@ void quantize_fc2_input(Family f, double c_gs, int64_t inter, double* v) {
   uint8_t sf = 0, q32[formats::kMxfp8Block];
   switch (f) {
     case Family::kBF16:
-      for (int64_t i = 0; i < inter; ++i) v[i] = formats::bf16_to_float(formats::bf16_from_float(x[i]));
+      for (int64_t i = 0; i < inter; ++i)
+        v[i] = formats::bf16_to_float(formats::bf16_from_float(x[i]));
       break;
     case Family::kFP8:
       for (int64_t i = 0; i < inter; ++i) {
@@ -150,7 +150,8 @@ OracleResult run(const OracleProblem& p, bool with_fc2) {
   core::parallel_for(experts, [&](int64_t e) {
     if (by_expert[e].empty()) return;
     const std::vector<double> w1 = dequantize_expert(w, true, e);
-    const std::vector<double> w2 = with_fc2 ? dequantize_expert(w, false, e) : std::vector<double>();
+    const std::vector<double> w2 =
+        with_fc2 ? dequantize_expert(w, false, e) : std::vector<double>();
     const double limit = w.step_limits[e];
     std::vector<double> q(static_cast<size_t>(inter));
     for (int64_t pair : by_expert[e]) {

@@ -23,15 +23,15 @@ struct OracleProblem {
   const float* topk_weights = nullptr;              ///< [T*K] router weights
   int64_t num_tokens = 0;                           ///< T
   int64_t top_k = 0;                                ///< K
-  int64_t local_expert_offset = 0;                  ///< off: pair (t,k) is local iff id-off in [0,E_loc)
+  int64_t local_expert_offset = 0;                  ///< off: (t,k) local iff id-off in [0,E_loc)
 };
 
 struct OracleResult {
-  std::vector<double> output;      ///< [T, H] finalized layer output
+  std::vector<double> output;  ///< [T, H] finalized layer output
   /// [T*K, I] SwiGLUStep output of each pair before the FC2-input quantization (physical units;
   /// rows of non-local pairs are 0).
   std::vector<double> activation;
-  std::vector<bool> local;         ///< [T*K] pair is routed to a local expert
+  std::vector<bool> local;  ///< [T*K] pair is routed to a local expert
 };
 
 /// The full fp64 layer. Throws InvalidArgument for missing inputs or mismatched sizes.

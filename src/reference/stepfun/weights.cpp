@@ -80,9 +80,9 @@ void allocate_matrix(Family family, int64_t experts, int64_t rows, int64_t cols,
   }
   if (has_weight_block_scales(family)) {
     const int64_t num_sf_cols = cols / block_size(family);
-    *scale = Tensor::empty({experts, formats::ceil_div(rows, 128) * 128,
-                            formats::ceil_div(num_sf_cols, 4) * 4},
-                           family == Family::kMXFP8 ? DType::kUE8M0 : DType::kE4M3);
+    *scale = Tensor::empty(
+        {experts, formats::ceil_div(rows, 128) * 128, formats::ceil_div(num_sf_cols, 4) * 4},
+        family == Family::kMXFP8 ? DType::kUE8M0 : DType::kE4M3);
     std::memset(scale->data(), 0, scale->nbytes());  // swizzle padding bytes are 0 (§4.4 (c))
   }
 }
@@ -169,8 +169,8 @@ WeightDims check_weight_inputs(const TensorView& w1, const TensorView& w2,
   dims.intermediate = inter;
   require(o.local_expert_offset >= 0 && o.local_expert_offset < experts, "local_expert_offset",
           "must lie in [0, " + std::to_string(experts) + ")");
-  dims.num_experts = o.local_num_experts < 0 ? experts - o.local_expert_offset
-                                             : o.local_num_experts;
+  dims.num_experts =
+      o.local_num_experts < 0 ? experts - o.local_expert_offset : o.local_num_experts;
   require(o.local_num_experts == -1 || o.local_num_experts > 0, "local_num_experts",
           "must be -1 (all) or > 0");
   require(o.local_expert_offset + dims.num_experts <= experts, "local_num_experts",
@@ -229,8 +229,7 @@ PreparedWeights prepare_weights(const TensorView& w1, const TensorView& w2,
     const int64_t e = task / 2;
     const WeightMatrix& m = first ? m1 : m2;
     const int64_t elems = first ? w1_elems : w2_elems;
-    const uint16_t* bits =
-        (first ? w1 : w2).ptr<uint16_t>() + (o.local_expert_offset + e) * elems;
+    const uint16_t* bits = (first ? w1 : w2).ptr<uint16_t>() + (o.local_expert_offset + e) * elems;
     std::vector<float> x(static_cast<size_t>(elems));
     for (int64_t i = 0; i < elems; ++i) x[i] = formats::bf16_to_float(bits[i]);
     float global = 1.0f;
@@ -238,15 +237,15 @@ PreparedWeights prepare_weights(const TensorView& w1, const TensorView& w2,
       global = global_encode(format_max, matrix_amax(x));
       (first ? out.w1_global : out.w2_global)[e] = global;
     }
-    const int64_t row_bytes = m.cols * (family == Family::kBF16 ? 2 : 1) /
-                              (is_nvfp4_family(family) ? 2 : 1);
+    const int64_t row_bytes =
+        m.cols * (family == Family::kBF16 ? 2 : 1) / (is_nvfp4_family(family) ? 2 : 1);
     uint8_t* data = static_cast<uint8_t*>(const_cast<void*>(m.data)) + e * m.rows * row_bytes;
     uint8_t* scale = has_weight_block_scales(family)
                          ? const_cast<uint8_t*>(m.scale) +
                                e * formats::sf_size_128x4(m.rows, m.cols / block_size(family))
                          : nullptr;
-    quantize_expert(family, x.data(), bits, m.rows, m.cols, first ? w1_rows : w2_rows, global,
-                    data, scale);
+    quantize_expert(family, x.data(), bits, m.rows, m.cols, first ? w1_rows : w2_rows, global, data,
+                    scale);
   });
   derive_scalars(&out);
   return out;
@@ -255,8 +254,7 @@ PreparedWeights prepare_weights(const TensorView& w1, const TensorView& w2,
 void set_intermediate_scale(PreparedWeights* w, double c_gs) {
   const Family family = w->view.family;
   if (family != Family::kNVFP4 && family != Family::kFP8) return;
-  require(std::isfinite(c_gs) && c_gs > 0.0, "intermediate_scale_global",
-          "must be finite and > 0");
+  require(std::isfinite(c_gs) && c_gs > 0.0, "intermediate_scale_global", "must be finite and > 0");
   w->view.intermediate_scale_global = c_gs;
   derive_scalars(w);
 }
@@ -311,8 +309,8 @@ void load_weight_row(const WeightMatrix& w, int64_t expert, int64_t row, float* 
   } else {
     const auto* base = static_cast<const uint16_t*>(w.data) + expert * w.rows * cols;
     for (int64_t kb = 0; kb < cols / formats::kBlockMajorK; ++kb) {
-      const uint16_t* src = base + formats::block_major_k_offset(row, kb * formats::kBlockMajorK,
-                                                                 w.rows);
+      const uint16_t* src =
+          base + formats::block_major_k_offset(row, kb * formats::kBlockMajorK, w.rows);
       for (int64_t i = 0; i < formats::kBlockMajorK; ++i) {
         out[kb * formats::kBlockMajorK + i] = formats::bf16_to_float(src[i]);
       }

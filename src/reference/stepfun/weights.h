@@ -24,9 +24,9 @@ constexpr float kFp8GlobalMax = 448.0f;
 /// SwiGLUStep limit used when WeightPrepOptions::step_limits is empty (SwiGLUStep(limit=7.0)).
 constexpr float kDefaultStepLimit = 7.0f;
 
-bool is_nvfp4_family(Family family);         ///< nvfp4, nvfp4_bf16tok
-bool has_output_scalars(Family family);      ///< nvfp4, nvfp4_bf16tok, fp8 (spec §4.2)
-bool has_weight_block_scales(Family family); ///< nvfp4*, mxfp8
+bool is_nvfp4_family(Family family);          ///< nvfp4, nvfp4_bf16tok
+bool has_output_scalars(Family family);       ///< nvfp4, nvfp4_bf16tok, fp8 (spec §4.2)
+bool has_weight_block_scales(Family family);  ///< nvfp4*, mxfp8
 /// Elements per weight / activation block scale: 16 (nvfp4*), 32 (mxfp8), 0 otherwise.
 int64_t block_size(Family family);
 
@@ -77,8 +77,8 @@ struct WeightMatrix {
   const void* data = nullptr;      ///< the physical view of spec §4.2
   const uint8_t* scale = nullptr;  ///< 128x4-swizzled block scales (nvfp4*, mxfp8)
   int64_t num_experts = 0;
-  int64_t rows = 0;                ///< 2I (W1) or H (W2)
-  int64_t cols = 0;                ///< K: H (W1) or I (W2)
+  int64_t rows = 0;  ///< 2I (W1) or H (W2)
+  int64_t cols = 0;  ///< K: H (W1) or I (W2)
 };
 
 WeightMatrix gemm1_matrix(const StepFunWeights& view, const WeightDims& dims);
