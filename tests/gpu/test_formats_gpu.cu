@@ -208,7 +208,13 @@ TEST(FormatsGpu, EncodersMatchHostAndCudaIntrinsics) {
     ASSERT_EQ(o.e4m3, e4m3_from_float(v)) << "e4m3 x=" << v;
     ASSERT_EQ(o.e2m1, e2m1_from_float(v)) << "e2m1 x=" << v;
     ASSERT_EQ(o.ue8m0, ue8m0_from_float_round_up(v)) << "ue8m0 x=" << v;
-    ASSERT_EQ(o.rcp, float_to_bits(rcp_rn(v))) << "rcp x=" << v;
+    // NOTE: NaN payloads of arithmetic differ (device: canonical 0x7FFFFFFF, host: propagated);
+    // only the NaN-ness is part of the contract there.
+    if (std::isnan(v)) {
+      ASSERT_TRUE(std::isnan(bits_to_float(o.rcp))) << "rcp x=" << v;
+    } else {
+      ASSERT_EQ(o.rcp, float_to_bits(rcp_rn(v))) << "rcp x=" << v;
+    }
     if (!std::isnan(mul_rn(v, ys[i]))) ASSERT_EQ(o.mul, float_to_bits(mul_rn(v, ys[i])));
     if (!std::isnan(div_rn(v, ys[i]))) ASSERT_EQ(o.div, float_to_bits(div_rn(v, ys[i])));
     // CUDA intrinsics: same values (NaN payloads are implementation-defined, skipped).
