@@ -1,19 +1,120 @@
-// CUDA binders of the GEMM stages (FC1 + SwiGLUStep epilogue, FC2).
+// CUDA binders of the GEMM stages (FC1 + SwiGLUStep epilogue, FC2): pick the family's kernel unit
+// from the registry, capture the device pointers of the validated arguments and return a closure
+// that only enqueues the launch (no allocation, no host synchronisation; graph-capturable).
 #if defined(CAKEMOE_WITH_CUDA)
+#include <cstdint>
+#include <string>
+
 #include "cakemoe/errors.h"
+#include "core/check.h"
+#include "core/cuda_util.h"
+#include "core/kernel_registry.h"
 #include "stepfun/cuda_stages.h"
+#include "stepfun/gemm_params.h"
 
 namespace cakemoe {
 namespace stepfun {
 namespace {
-[[noreturn]] void pending(const char* stage) {
-  throw Unsupported("device", std::string("the CUDA StepFun ") + stage +
-                                  " kernel is not built yet (issue #3)");
+
+const core::KernelUnit& gemm_unit(const char* stage, Family family, int64_t tile, Device device) {
+  const bool sm90 = core::cuda_capability(device.index) == 90;
+  const core::KernelUnit* unit = core::find_kernel_unit("stepfun", stage, family_name(family),
+                                                        static_cast<int>(tile), sm90);
+  core::require_supported(unit != nullptr, "family",
+                          std::string("no CUDA StepFun ") + stage + " kernel unit for family " +
+                              family_name(family) + " at tile " + std::to_string(tile) +
+                              " in this build");
+  return *unit;
 }
+
+/// The kernels read 16-byte vectors; every cudaMalloc'd tensor qualifies, offset views may not.
+void check_aligned(const TensorView& t, const char* arg) {
+  if (!t.defined()) return;
+  core::require(reinterpret_cast<uintptr_t>(t.data) % 16 == 0, arg,
+                "must start on a 16-byte boundary for the CUDA GEMM kernels, got " + t.describe());
+}
+
+template <typename T>
+const T* optional_ptr(const TensorView& v) {
+  return v.defined() ? v.ptr<T>() : nullptr;
+}
+
+GemmTileTables tile_tables(const TensorView& batch, const TensorView& limit,
+                           const TensorView& num_ctas, int64_t num_tokens, int64_t top_k,
+                           int64_t local_experts, int64_t tile) {
+  core::require(tile > 0 && tile <= 65536, "tile_tokens_dim", "must lie in [1, 65536]");
+  GemmTileTables t;
+  t.batch = batch.ptr<int32_t>();
+  t.mn_limit = limit.ptr<int32_t>();
+  t.num_non_exiting_ctas = num_ctas.ptr<int32_t>();
+  t.tile = tile;
+  // NOTE: spec §2.5 DECISION: the grid uses E_loc; CTAs past the live count exit on the device.
+  t.max_ctas = max_ctas(num_tokens, top_k, local_experts, tile);
+  core::require(t.max_ctas > 0 && t.max_ctas < (int64_t(1) << 31), "tile_tokens_dim",
+                "gives " + std::to_string(t.max_ctas) + " token tiles, outside the CUDA grid");
+  return t;
+}
+
 }  // namespace
 
-CudaEnqueue bind_cuda_fc1(const Fc1Args&, const GemmDims&) { pending("fc1"); }
-CudaEnqueue bind_cuda_fc2(const Fc2Args&, const GemmDims&) { pending("fc2"); }
+CudaEnqueue bind_cuda_fc1(const Fc1Args& a, const GemmDims& dims) {
+  const core::KernelUnit& unit =
+      gemm_unit("fc1", a.family, a.tile_tokens_dim, a.hidden_states.device);
+  for (const auto& [t, arg] : {std::make_pair(&a.hidden_states, "hidden_states"),
+                               std::make_pair(&a.gemm1_weights, "gemm1_weights"),
+                               std::make_pair(&a.gemm1_output, "gemm1_output")}) {
+    check_aligned(*t, arg);
+  }
+  Fc1Params p;
+  p.hidden_states = a.hidden_states.data;
+  p.hidden_states_scale = optional_ptr<uint8_t>(a.hidden_states_scale);
+  p.per_token_scale = optional_ptr<float>(a.per_token_scale);
+  p.permuted_idx_to_token_idx = a.permuted_idx_to_token_idx.ptr<int32_t>();
+  p.weights = a.gemm1_weights.data;
+  p.weights_scale = optional_ptr<uint8_t>(a.gemm1_weights_scale);
+  p.scale_c = optional_ptr<float>(a.output1_scale_scalar);
+  p.scale_gate = optional_ptr<float>(a.output1_scale_gate_scalar);
+  p.clamp_limit = a.gemm1_clamp_limit.ptr<float>();
+  p.num_tokens = a.hidden_states.shape[0];
+  p.tables = tile_tables(a.cta_idx_xy_to_batch_idx, a.cta_idx_xy_to_mn_limit,
+                         a.num_non_exiting_ctas, p.num_tokens, a.top_k, dims.num_local_experts,
+                         a.tile_tokens_dim);
+  p.output = a.gemm1_output.data;
+  p.output_scale = a.gemm1_output_scale.defined() ? a.gemm1_output_scale.ptr<uint8_t>() : nullptr;
+  p.output_scale_layout = a.tile_tokens_dim <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
+  p.hidden = dims.hidden;
+  p.intermediate = dims.intermediate;
+  p.num_experts = dims.num_local_experts;
+  const auto launch = reinterpret_cast<Fc1Launcher>(const_cast<void*>(unit.launch));
+  return [p, launch](Stream stream) { launch(p, stream); };
+}
+
+CudaEnqueue bind_cuda_fc2(const Fc2Args& a, const GemmDims& dims) {
+  const core::KernelUnit& unit =
+      gemm_unit("fc2", a.family, a.tile_tokens_dim, a.gemm2_input.device);
+  for (const auto& [t, arg] : {std::make_pair(&a.gemm2_input, "gemm2_input"),
+                               std::make_pair(&a.gemm2_weights, "gemm2_weights"),
+                               std::make_pair(&a.gemm2_output, "gemm2_output")}) {
+    check_aligned(*t, arg);
+  }
+  Fc2Params p;
+  p.input = a.gemm2_input.data;
+  p.input_scale = optional_ptr<uint8_t>(a.gemm2_input_scale);
+  p.input_scale_layout = a.tile_tokens_dim <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
+  p.per_token_scale = optional_ptr<float>(a.per_token_scale);
+  p.weights = a.gemm2_weights.data;
+  p.weights_scale = optional_ptr<uint8_t>(a.gemm2_weights_scale);
+  p.output_scale = optional_ptr<float>(a.output2_scale_scalar);
+  p.tables = tile_tables(a.cta_idx_xy_to_batch_idx, a.cta_idx_xy_to_mn_limit,
+                         a.num_non_exiting_ctas, a.num_tokens, a.top_k, dims.num_local_experts,
+                         a.tile_tokens_dim);
+  p.output = a.gemm2_output.ptr<uint16_t>();
+  p.hidden = dims.hidden;
+  p.intermediate = dims.intermediate;
+  p.num_experts = dims.num_local_experts;
+  const auto launch = reinterpret_cast<Fc2Launcher>(const_cast<void*>(unit.launch));
+  return [p, launch](Stream stream) { launch(p, stream); };
+}
 
 }  // namespace stepfun
 }  // namespace cakemoe

@@ -1,0 +1,178 @@
+// CUDA FC1 of spec stepfun §5: one CTA per (64 output features = 128 physical W1 rows, token
+// tile); the gathered rows go through the shared SIMT tile (gemm_tile.cuh) in chunks, the fp32
+// accumulators are staged in shared memory in logical order ([0, 64) up, [64, 128) gate) and the
+// SwiGLUStep epilogue (§5.2) quantizes each row's features into the family's FC2-input format.
+// Only valid rows [n*tile, mn_limit[n]) and their scale bytes are written.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "formats/codecs.h"
+#include "formats/layouts.h"
+#include "formats/quantize.h"
+#include "stepfun/gemm_params.h"
+#include "stepfun/gemm_tile.cuh"
+
+namespace cakemoe {
+namespace stepfun {
+namespace gpu {
+
+constexpr int kFeatures = 64;  ///< output features per FC1 CTA (spec §5.1 DECISION)
+
+/// std::min(std::max(x, -l), l) with the same NaN behaviour as the reference.
+__device__ __forceinline__ float clamp_symmetric(float x, float l) {
+  const float lo = -l;
+  const float m = x < lo ? lo : x;
+  return l < m ? l : m;
+}
+
+__device__ __forceinline__ float min_like_std(float a, float b) { return b < a ? b : a; }
+
+/// The accurate fp32 sigmoid of the reference epilogue.
+__device__ __forceinline__ float sigmoid_fp32(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/// SwiGLUStep epilogue of spec §5.2 for one (up, gate) accumulator pair, in the reference's order.
+template <Family F>
+__device__ __forceinline__ float epilogue_value(float up, float g, float sg, float sc, float cl) {
+  if constexpr (F == Family::kBF16 || F == Family::kMXFP8) {
+    return clamp_symmetric(up, cl) * min_like_std(g * sigmoid_fp32(g), cl);
+  } else {
+    const float u = clamp_symmetric(up, cl);
+    const float a = min_like_std(g * sigmoid_fp32(g * sg), cl);
+    return u * sc * sg * a;
+  }
+}
+
+__device__ __forceinline__ uint32_t pack4(const uint8_t* b) {
+  return uint32_t(b[0]) | (uint32_t(b[1]) << 8) | (uint32_t(b[2]) << 16) | (uint32_t(b[3]) << 24);
+}
+
+/// Stores G = 16 (32 for mxfp8) features [f, f + G) of permuted row `row` in the family format.
+template <Family F, int G>
+__device__ __forceinline__ void store_features(const Fc1Params& p, int64_t row, int64_t f,
+                                               const float* v) {
+  const int64_t inter = p.intermediate;
+  if constexpr (F == Family::kNVFP4) {
+    uint8_t packed[8];
+    uint8_t sf;
+    formats::nvfp4_quantize_block16_unit(v, packed, &sf);
+    auto* out = static_cast<uint8_t*>(p.output) + row * (inter / 2) + f / 2;
+    *reinterpret_cast<uint2*>(out) = make_uint2(pack4(packed), pack4(packed + 4));
+    p.output_scale[formats::sf_offset(p.output_scale_layout, row, f / 16, inter / 16)] = sf;
+  } else if constexpr (F == Family::kMXFP8) {
+    uint8_t q[32];
+    uint8_t code;
+    formats::mxfp8_quantize_block32(v, q, &code);
+    auto* out = reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.output) + row * inter + f);
+    out[0] = make_uint4(pack4(q), pack4(q + 4), pack4(q + 8), pack4(q + 12));
+    out[1] = make_uint4(pack4(q + 16), pack4(q + 20), pack4(q + 24), pack4(q + 28));
+    p.output_scale[formats::sf_offset(p.output_scale_layout, row, f / 32, inter / 32)] = code;
+  } else if constexpr (F == Family::kFP8) {
+    uint8_t q[16];
+    for (int j = 0; j < 16; ++j) q[j] = formats::e4m3_from_float(v[j]);
+    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.output) + row * inter + f) =
+        make_uint4(pack4(q), pack4(q + 4), pack4(q + 8), pack4(q + 12));
+  } else {
+    uint32_t w[8];
+    for (int j = 0; j < 8; ++j) {
+      w[j] = uint32_t(formats::bf16_from_float(v[2 * j])) |
+             (uint32_t(formats::bf16_from_float(v[2 * j + 1])) << 16);
+    }
+    auto* out = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.output) + row * inter + f);
+    out[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    out[1] = make_uint4(w[4], w[5], w[6], w[7]);
+  }
+}
+
+template <Family F, int TM>
+__global__ void __launch_bounds__(kThreads) fc1_kernel(const Fc1Params p) {
+  constexpr Fmt kFmt = fmt_of(F);
+  using T = Tile<TM>;
+  constexpr bool kScalars = F == Family::kNVFP4 || F == Family::kNVFP4BF16Tok || F == Family::kFP8;
+  constexpr int G = F == Family::kMXFP8 ? 32 : 16;  // features per quantization group
+  __shared__ __align__(16) float smem[T::kSmemFloats];
+  __shared__ int slot[kBN];
+  __shared__ int32_t row_src[T::kBM];  // token of each chunk row, -1 = zero row
+
+  TileRows tr;
+  if (!tile_rows(p.tables, p.num_experts, &tr)) return;
+  const int tid = threadIdx.x, tx = tid % 32, ty = tid / 32;
+  const int64_t inter = p.intermediate, block = blockIdx.y;
+  for (int j = tid; j < kBN; j += kThreads) {
+    // NOTE: spec §4.4 (a)+(b): the 128 physical rows of a block hold up and gate of the same
+    // 64 features; slot = logical feature (up) or 64 + feature (gate) within the block.
+    const int64_t logical = formats::w1_logical_row(block * kBN + j, inter);
+    slot[j] = static_cast<int>(logical < inter ? logical - block * kFeatures
+                                               : kFeatures + logical - inter - block * kFeatures);
+  }
+  const WeightOperand w = weight_of_expert<kFmt>(p.weights, p.weights_scale, tr.expert, 2 * inter,
+                                                 p.hidden);
+  const RowOperand a{static_cast<const uint8_t*>(p.hidden_states), p.hidden_states_scale,
+                     SfLayout::kLinear, p.hidden};
+  const float cl = p.clamp_limit[tr.expert];
+  const float sg = kScalars ? p.scale_gate[tr.expert] : 1.0f;
+  const float sc = kScalars ? p.scale_c[tr.expert] : 1.0f;
+
+  for (int64_t c0 = tr.row_begin; c0 < tr.row_end; c0 += T::kBM) {
+    __syncthreads();  // the previous chunk's epilogue is done with smem and row_src
+    if (tid < T::kBM) {
+      const int64_t row = c0 + tid;
+      int32_t src = -1;
+      if (row < tr.row_end) {
+        const int32_t t = p.permuted_idx_to_token_idx[row];
+        if (t >= 0 && t < p.num_tokens) src = t;  // -1 (and any bad index) reads a zero row
+      }
+      row_src[tid] = src;
+    }
+    __syncthreads();
+    float acc[TM][4];
+    gemm_chunk<TM, kFmt, kFmt>(a, row_src, w, block * kBN, kBN, slot, smem, acc);
+    for (int i = 0; i < TM; ++i) {
+      *reinterpret_cast<float4*>(smem + (ty * TM + i) * kBStride + tx * 4) =
+          make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    }
+    __syncthreads();
+    constexpr int kGroups = kFeatures / G;
+    for (int idx = tid; idx < T::kBM * kGroups; idx += kThreads) {
+      const int r = idx / kGroups, g = idx % kGroups;
+      const int64_t row = c0 + r;
+      if (row >= tr.row_end) continue;
+      const float* up = smem + r * kBStride + g * G;
+      const float* gate = up + kFeatures;
+      float v[G];
+      if constexpr (F == Family::kNVFP4BF16Tok) {
+        // NOTE: spec §5.2: raw accumulators times the token's decode scale first (-1 -> 0).
+        const int32_t t = row_src[r];
+        const float ts = t < 0 ? 0.0f : p.per_token_scale[t];
+        for (int j = 0; j < G; ++j) {
+          v[j] = epilogue_value<F>(up[j] * ts, gate[j] * ts, sg, sc, cl);
+        }
+      } else {
+        for (int j = 0; j < G; ++j) v[j] = epilogue_value<F>(up[j], gate[j], sg, sc, cl);
+      }
+      store_features<F, G>(p, row, block * kFeatures + g * G, v);
+    }
+  }
+}
+
+/// The launcher of a family (Fc1Launcher): grid (max_ctas token tiles, I/64 feature blocks).
+template <Family F>
+void launch_fc1(const Fc1Params& p, Stream stream) {
+  const dim3 grid(static_cast<unsigned>(p.tables.max_ctas),
+                  static_cast<unsigned>(p.intermediate / kFeatures));
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (tm_for_tile(p.tables.tile)) {
+    case 1: fc1_kernel<F, 1><<<grid, kThreads, 0, s>>>(p); break;
+    case 2: fc1_kernel<F, 2><<<grid, kThreads, 0, s>>>(p); break;
+    case 4: fc1_kernel<F, 4><<<grid, kThreads, 0, s>>>(p); break;
+    default: fc1_kernel<F, 8><<<grid, kThreads, 0, s>>>(p); break;
+  }
+  CAKEMOE_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace gpu
+}  // namespace stepfun
+}  // namespace cakemoe

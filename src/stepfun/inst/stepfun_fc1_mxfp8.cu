@@ -1,0 +1,6 @@
+// Kernel unit: StepFun FC1 (spec §5), mxfp8 family, any tile, portable SIMT.
+#include "core/kernel_registry.h"
+#include "stepfun/fc1_kernel.cuh"
+
+CAKEMOE_KERNEL_UNIT(stepfun_fc1_mxfp8, "stepfun", "fc1", "mxfp8", 0, "portable",
+                    &cakemoe::stepfun::gpu::launch_fc1<cakemoe::stepfun::Family::kMXFP8>)

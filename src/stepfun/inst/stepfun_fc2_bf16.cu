@@ -1,0 +1,6 @@
+// Kernel unit: StepFun FC2 (spec §7.1), bf16 family, any tile, portable SIMT.
+#include "core/kernel_registry.h"
+#include "stepfun/fc2_kernel.cuh"
+
+CAKEMOE_KERNEL_UNIT(stepfun_fc2_bf16, "stepfun", "fc2", "bf16", 0, "portable",
+                    &cakemoe::stepfun::gpu::launch_fc2<cakemoe::stepfun::Family::kBF16>)

@@ -1,0 +1,6 @@
+// Kernel unit: StepFun FC2 (spec §7.1), fp8 family, any tile, portable SIMT.
+#include "core/kernel_registry.h"
+#include "stepfun/fc2_kernel.cuh"
+
+CAKEMOE_KERNEL_UNIT(stepfun_fc2_fp8, "stepfun", "fc2", "fp8", 0, "portable",
+                    &cakemoe::stepfun::gpu::launch_fc2<cakemoe::stepfun::Family::kFP8>)

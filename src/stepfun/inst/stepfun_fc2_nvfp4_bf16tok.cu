@@ -1,0 +1,6 @@
+// Kernel unit: StepFun FC2 (spec §7.1), nvfp4_bf16tok family, any tile, portable SIMT.
+#include "core/kernel_registry.h"
+#include "stepfun/fc2_kernel.cuh"
+
+CAKEMOE_KERNEL_UNIT(stepfun_fc2_nvfp4_bf16tok, "stepfun", "fc2", "nvfp4_bf16tok", 0, "portable",
+                    &cakemoe::stepfun::gpu::launch_fc2<cakemoe::stepfun::Family::kNVFP4BF16Tok>)
