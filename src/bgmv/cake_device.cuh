@@ -1,0 +1,111 @@
+// Device helpers shared by the BGMV kernels: 16-bit widening / narrowing bitwise equal to the host
+// reference, cp.async with zero fill, PDL controls, and the fixed XOR butterflies of spec §3.2.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/macros.h"
+#include "formats/codecs.h"
+
+namespace cakemoe {
+namespace bgmv {
+namespace dev {
+
+constexpr int kWarp = 32;
+
+// ---- 16-bit operands ----------------------------------------------------------------------------
+
+template <bool kFp16>
+CAKEMOE_DEVICE float widen(uint16_t bits) {
+  // NOTE: both widenings are exact, so the intrinsic equals formats::fp16_to_float.
+  if constexpr (kFp16) {
+    return __half2float(__ushort_as_half(bits));
+  } else {
+    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+  }
+}
+
+/// RNE narrowing through the host codec (bitwise equal to reference::bgmv::narrow).
+template <bool kFp16>
+CAKEMOE_DEVICE uint16_t narrow(float value) {
+  if constexpr (kFp16) {
+    return formats::fp16_from_float(value);
+  } else {
+    return formats::bf16_from_float(value);
+  }
+}
+
+/// The 8 elements of a 16-byte vector, element 0 in the low half of .x.
+template <bool kFp16>
+CAKEMOE_DEVICE void unpack8(const uint4& v, float* out) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = widen<kFp16>(static_cast<uint16_t>(words[i] & 0xFFFFu));
+    out[2 * i + 1] = widen<kFp16>(static_cast<uint16_t>(words[i] >> 16));
+  }
+}
+
+// ---- cp.async -----------------------------------------------------------------------------------
+
+/// 16-byte global -> shared copy; `valid` false fills the 16 bytes with zeros (src not read).
+CAKEMOE_DEVICE void cp_async16(void* smem, const void* gmem, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int src_size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(src_size)
+               : "memory");
+}
+
+CAKEMOE_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+/// Waits until at most `kPending` committed groups of this thread are still in flight.
+template <int kPending>
+CAKEMOE_DEVICE void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// ---- Programmatic dependent launch (spec §4.4) --------------------------------------------------
+
+/// Lets the dependent grid (the expand) start launching. No-op without a dependent.
+CAKEMOE_DEVICE void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/// Waits until the prerequisite grid has completed and its memory is visible. No-op when this
+/// grid was not launched as a programmatic dependent.
+CAKEMOE_DEVICE void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// ---- Fixed reduction trees (spec §3.2) ----------------------------------------------------------
+
+/// Warp XOR butterfly with offsets 16, 8, 4, 2, 1: every lane ends with the same sum.
+CAKEMOE_DEVICE float warp_butterfly(float v) {
+#pragma unroll
+  for (int off = kWarp / 2; off >= 1; off /= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, off);
+  return v;
+}
+
+/// Lane 0 of an XOR butterfly over `kLanes` values held by one thread (kLanes a power of two):
+/// at offset `off` lane i < off adds lane i + off (== i ^ off), exactly the lanes lane 0 needs.
+template <int kLanes>
+CAKEMOE_DEVICE float butterfly_lane0(float* v) {
+#pragma unroll
+  for (int off = kLanes / 2; off >= 1; off /= 2) {
+#pragma unroll
+    for (int i = 0; i < off; ++i) v[i] = v[i] + v[i + off];
+  }
+  return v[0];
+}
+
+}  // namespace dev
+}  // namespace bgmv
+}  // namespace cakemoe

@@ -1,0 +1,164 @@
+// Cake generic shrink (spec §4.1, §4.2): one CTA = one pair x 8 rank rows x one hidden split,
+// 128 threads, K streamed in 1024-wide tiles through a cp.async ring. Canonical FP32 order of
+// §3.2 (docs/decisions/bgmv.md); route publishing of §3.3 by the split-0, rank-block-0 CTA.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "bgmv/cake_device.cuh"
+#include "bgmv/cake_launch.h"
+#include "bgmv/route_index.cuh"
+
+namespace cakemoe {
+namespace bgmv {
+namespace dev {
+
+constexpr int kShrinkThreads = 128;
+constexpr int kRankTile = 8;
+constexpr int kShrinkTile = kShrinkThreads * 8;  // K elements per tile
+constexpr int kShrinkSlots = 1 + kRankTile;      // x chunk + 8 A-row chunks per thread and stage
+
+/// Dynamic shared memory of the ring: per stage, per thread, 9 chunks of 16 bytes.
+constexpr int shrink_smem_bytes(int stages) {
+  return stages * kShrinkSlots * kShrinkThreads * 16;
+}
+
+/// Issues the cp.async copies of tile `tile` into ring stage `stage` (only this thread's chunks).
+CAKEMOE_DEVICE void shrink_issue_tile(uint4* ring, int stage, int64_t tile, int64_t hidden,
+                                      const uint16_t* x_row, const uint16_t* a_rows) {
+  const int tid = threadIdx.x;
+  const int64_t k = tile * kShrinkTile + 8 * tid;
+  const bool in = k < hidden;  // NOTE: H % 8 == 0, so a chunk is all inside or all outside
+  uint4* base = ring + stage * kShrinkSlots * kShrinkThreads + tid;
+  cp_async16(base, in ? x_row + k : x_row, in);
+#pragma unroll
+  for (int i = 0; i < kRankTile; ++i) {
+    const uint16_t* src = a_rows + i * hidden;
+    cp_async16(base + (1 + i) * kShrinkThreads, in ? src + k : src, in);
+  }
+}
+
+/// Per-thread fma chains of one split over tiles [t0, t1) (zero-filled tail = reference padding).
+template <bool kFp16, int kStages>
+CAKEMOE_DEVICE void shrink_tile_loop(uint4* ring, int64_t t0, int64_t t1, int64_t hidden,
+                                     const uint16_t* x_row, const uint16_t* a_rows, float* acc) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (t0 + s < t1) shrink_issue_tile(ring, s, t0 + s, hidden, x_row, a_rows);
+    cp_async_commit();
+  }
+  for (int64_t tile = t0; tile < t1; ++tile) {
+    // The barrier retires every read of the stage that the next issue overwrites.
+    __syncthreads();
+    const int64_t ahead = tile + kStages - 1;
+    if (ahead < t1) {
+      shrink_issue_tile(ring, static_cast<int>((ahead - t0) % kStages), ahead, hidden, x_row,
+                        a_rows);
+    }
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    const uint4* stage = ring + static_cast<int>((tile - t0) % kStages) * kShrinkSlots *
+                                    kShrinkThreads + tid;
+    float xf[8];
+    unpack8<kFp16>(stage[0], xf);
+#pragma unroll
+    for (int i = 0; i < kRankTile; ++i) {
+      float af[8];
+      unpack8<kFp16>(stage[(1 + i) * kShrinkThreads], af);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[i] = fmaf(xf[e], af[e], acc[i]);
+    }
+  }
+  cp_async_wait<0>();
+}
+
+template <bool kFp16, int kRank, int kStages>
+__global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeParams p) {
+  extern __shared__ uint4 ring[];
+  __shared__ float warp_sums[kShrinkThreads / kWarp][kRankTile];
+  __shared__ int last_split;
+  // NOTE: a no-op unless this grid was launched as a programmatic dependent; keeps the route
+  // index reads below ordered after any producer the runtime chains in front of the shrink.
+  pdl_wait();
+  if (p.pdl_mode == 1) pdl_trigger();
+  const int tid = threadIdx.x;
+  const int rb = blockIdx.y;
+  const int z = blockIdx.z;
+  const int64_t pair = p.order != nullptr ? p.order[blockIdx.x] : blockIdx.x;
+  const RouteIndex ri{p.route_index, p.T};
+  if (blockIdx.x == 0 && rb == 0 && z == 0 && tid == 0) {
+    *ri.parity() = load_word(ri.launch_counter()) & 1u;
+  }
+  const int64_t t = p.sorted_token_ids[pair];
+  const int64_t l = (t >= 0 && t < p.T) ? p.lora_indices[t] : -1;
+  uint16_t* out = static_cast<uint16_t*>(p.shrink_out) + pair * kRank + rb * kRankTile;
+  if (l < 0) {  // padding or no LoRA: a zero row, never published
+    if (z == 0 && tid < kRankTile) out[tid] = 0;
+    if (p.pdl_mode == 2) pdl_trigger();
+    return;
+  }
+  const bool publisher = rb == 0 && z == 0 && tid == 0 && !implicit_pair(pair, t, p.P, p.T);
+  PublishTicket ticket{};
+  if (publisher) ticket = publish_begin(ri, t);
+
+  const int64_t e = p.expert_ids[pair];
+  const uint16_t* x_row = static_cast<const uint16_t*>(p.x) + t * p.H;
+  const uint16_t* a_rows = static_cast<const uint16_t*>(p.lora_a) +
+                           ((l * p.E + e) * kRank + rb * kRankTile) * p.H;
+  const int64_t tiles = (p.H + kShrinkTile - 1) / kShrinkTile;
+  const int64_t per_split = (tiles + p.splits - 1) / p.splits;
+  const int64_t t0 = min(static_cast<int64_t>(z) * per_split, tiles);
+  const int64_t t1 = min(static_cast<int64_t>(z + 1) * per_split, tiles);
+  float acc[kRankTile];
+#pragma unroll
+  for (int i = 0; i < kRankTile; ++i) acc[i] = 0.0f;
+  shrink_tile_loop<kFp16, kStages>(ring, t0, t1, p.H, x_row, a_rows, acc);
+  if (p.pdl_mode == 2) pdl_trigger();
+
+  const int warp = tid / kWarp;
+#pragma unroll
+  for (int i = 0; i < kRankTile; ++i) {
+    const float v = warp_butterfly(acc[i]);
+    if (tid % kWarp == 0) warp_sums[warp][i] = v;
+  }
+  __syncthreads();
+  float sum = 0.0f;
+  if (tid < kRankTile) {
+#pragma unroll
+    for (int w = 0; w < kShrinkThreads / kWarp; ++w) sum = sum + warp_sums[w][tid];
+  }
+  if (p.splits == 1) {
+    if (tid < kRankTile) out[tid] = narrow<kFp16>(0.0f + sum);
+  } else {
+    // spec §4.2: ordered last-arrival reduction with a self-resetting ticket.
+    float* partials = ri.split_partials();
+    const int64_t r = rb * kRankTile + tid;
+    if (tid < kRankTile) partials[(z * p.P + pair) * kRank + r] = sum;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      uint32_t* counter = ri.split_counters() + pair * (kRank / kRankTile) + rb;
+      const uint32_t arrived = atomicAdd(counter, 1u);
+      last_split = arrived == static_cast<uint32_t>(p.splits - 1);
+      if (last_split) atomicExch(counter, 0u);
+    }
+    __syncthreads();
+    if (last_split) {
+      __threadfence();
+      if (tid < kRankTile) {
+        float total = 0.0f;
+        for (int s = 0; s < p.splits; ++s) total = total + __ldcg(partials + (s * p.P + pair) *
+                                                                             kRank + r);
+        out[tid] = narrow<kFp16>(total);
+      }
+    }
+  }
+  if (publisher) publish_end(ri, ticket, t, pair);
+}
+
+}  // namespace dev
+}  // namespace bgmv
+}  // namespace cakemoe

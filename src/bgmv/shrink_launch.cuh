@@ -1,0 +1,70 @@
+// Host side of a Cake shrink kernel unit: picks the (dtype, ring depth) instantiation of one rank
+// and launches it (spec §4.1). Included by the inst/bgmv_cake_shrink_r*.cu units only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "bgmv/cake_launch.h"
+#include "bgmv/shrink_cake.cuh"
+#include "cakemoe/errors.h"
+#include "core/cuda_check.h"
+
+namespace cakemoe {
+namespace bgmv {
+namespace dev {
+
+constexpr int kDefaultSmemLimit = 48 * 1024;
+
+/// Opts `kernel` in to `bytes` of dynamic shared memory once per device.
+/// NOTE: cudaFuncSetAttribute is not a stream operation, so this is legal inside a capture too.
+template <typename Kernel>
+void ensure_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& devices_done) {
+  if (bytes <= kDefaultSmemLimit) return;
+  int device = 0;
+  CAKEMOE_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit != 0 && (devices_done.load() & bit) != 0) return;
+  CAKEMOE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  devices_done.fetch_or(bit);
+}
+
+template <bool kFp16, int kRank, int kStages>
+void launch_shrink_instance(const CakeParams& p, cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_set{0};
+  auto kernel = cake_shrink_kernel<kFp16, kRank, kStages>;
+  const int smem = shrink_smem_bytes(kStages);
+  ensure_smem(kernel, smem, smem_set);
+  const dim3 grid(static_cast<unsigned>(p.P), kRank / kRankTile, static_cast<unsigned>(p.splits));
+  kernel<<<grid, kShrinkThreads, smem, stream>>>(p);
+  CAKEMOE_CUDA_CHECK(cudaGetLastError());
+}
+
+/// The unit launcher: form 0 = 2-stage ring, form 2 = 3-stage ring; dtype 0 bf16, 1 fp16.
+template <int kRank>
+void launch_cake_shrink_rank(const CakeParams& p, void* stream) {
+  if (p.R != kRank) throw InvalidArgument("rank", "the shrink unit was built for another rank");
+  if (p.form != 0 && p.form != 2) {
+    throw Unsupported("shrink_launch", "only shrink forms 0 and 2 are built");
+  }
+  if (p.splits < 1 || p.splits > kMaxSplits || (p.splits > 1 && p.P > kMaxSplitPairs)) {
+    throw InvalidArgument("shrink_launch", "splits must be 1..8, and 1 when P > 128");
+  }
+  if (p.P <= 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  const bool deep = p.form == 2;
+  if (p.dtype == 1) {
+    deep ? launch_shrink_instance<true, kRank, 3>(p, s)
+         : launch_shrink_instance<true, kRank, 2>(p, s);
+  } else {
+    deep ? launch_shrink_instance<false, kRank, 3>(p, s)
+         : launch_shrink_instance<false, kRank, 2>(p, s);
+  }
+}
+
+}  // namespace dev
+}  // namespace bgmv
+}  // namespace cakemoe
