@@ -79,9 +79,16 @@ reference::bgmv::Problem BgmvPlan::Impl::problem() const {
   return p;
 }
 
-TensorView BgmvPlan::Impl::run(Stream /*stream: ignored by the CPU backend*/) {
+TensorView BgmvPlan::Impl::run(Stream stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_bindings();
+  if (cuda) {
+    // NOTE: index ranges were checked at prepare; re-reading device memory here would need a
+    // host sync (run must stay capturable). The kernels skip out-of-range ids (memory-safe).
+    cuda->run(stream);
+    return y_accum;
+  }
+  // The stream is ignored by the CPU backend.
   // Contents may change between runs (spec §8), so the ranges the engine relies on are re-read.
   validate_index_ranges(shape, expert_ids, lora_indices);
   const reference::bgmv::Problem p = problem();
@@ -94,6 +101,11 @@ TensorView BgmvPlan::Impl::run(Stream /*stream: ignored by the CPU backend*/) {
     words[1] = (words[0] - 1) & 1;
   }
   return y_accum;
+}
+
+void BgmvPlan::Impl::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (cuda) cuda->close();
 }
 
 // ---- BgmvPlan -----------------------------------------------------------------------------------
@@ -111,7 +123,7 @@ BgmvPlan::BgmvPlan() = default;
 BgmvPlan::BgmvPlan(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 TensorView BgmvPlan::run(Stream stream) { return checked(impl_).run(stream); }
-void BgmvPlan::close() { checked(impl_); }
+void BgmvPlan::close() { checked(impl_).close(); }
 
 const std::string& BgmvPlan::backend_used() const { return checked(impl_).backend_used; }
 const std::string& BgmvPlan::variant() const { return checked(impl_).variant; }

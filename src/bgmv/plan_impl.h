@@ -1,11 +1,13 @@
 // BgmvPlan::Impl: the state a prepared BGMV plan owns (spec bgmv §1, §8). Internal header.
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "bgmv/cuda_plan.h"
 #include "bgmv/plan.h"
 #include "bgmv/validate.h"
 #include "cakemoe/bgmv.h"
@@ -33,6 +35,11 @@ class BgmvPlan::Impl {
   std::vector<TensorView> lora_a, lora_b;
   TensorView y_accum, shrink_out, route_index;
   Tensor owned_y_accum, owned_shrink_out, owned_route_index;  // allocated by prepare
+  /// Device workspaces of the grouped pipeline (§5) and the order remap (§6); undefined when
+  /// unused.
+  Tensor group_workspace, group_partials, order_workspace;
+  /// The CUDA runtime (CUDA tensors only): launch sequence and private graph (spec §8).
+  std::unique_ptr<CudaPlan> cuda;
 
   /// Records every bound tensor; called once at the end of prepare.
   void record_bindings();
@@ -42,6 +49,8 @@ class BgmvPlan::Impl {
   void update_binding(const std::string& name, const TensorView& current);
   /// spec §2 rule 4: computes y_accum from scratch and returns it.
   TensorView run(Stream stream);
+  /// spec §8 close(): synchronises the owner stream and releases the graph (CUDA plans).
+  void close();
 
  private:
   void check_bindings() const;
@@ -53,6 +62,13 @@ class BgmvPlan::Impl {
 
 namespace detail {
 
+/// Knobs that are not part of the public contract (benchmarks, tests).
+struct PrepareInternals {
+  /// Take the portable path even inside the Cake support set (the bench's baseline); the plan
+  /// reports fallback_reason "forced portable path (internal option)" and warns nothing.
+  bool force_portable = false;
+};
+
 /// prepare_bgmv_moe returning the implementation (tests and binding layers keep a handle on it).
 std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
                                              const std::vector<TensorView>& lora_a_weights,
@@ -61,7 +77,21 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
                                              const TensorView& expert_ids,
                                              const TensorView& lora_indices,
                                              const TensorView& topk_weights, int64_t num_experts,
-                                             const BgmvOptions& options);
+                                             const BgmvOptions& options,
+                                             const PrepareInternals& internals = {});
+
+/// Device facts prepare needs (spec §7, §9); Unsupported("device") when `device` is not a
+/// visible CUDA device (or the build has no CUDA).
+struct DeviceFacts {
+  Capability capability;
+  int num_sms = 0;
+};
+DeviceFacts query_cuda_device(Device device);
+/// Sets every byte of a workspace to 0 and waits (prepare only).
+void zero_synchronously(const Tensor& t);
+/// Builds impl.cuda (launch operands, device workspaces) for a CUDA plan whose choice, shape,
+/// bound tensors, y_accum / shrink_out and route index are set (cuda_plan_setup.cpp).
+void setup_cuda_plan(BgmvPlan::Impl& impl, Arch arch);
 
 }  // namespace detail
 }  // namespace bgmv

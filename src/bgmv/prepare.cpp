@@ -6,6 +6,7 @@
 #include "bgmv/plan_impl.h"
 #include "bgmv/warnings.h"
 #include "core/check.h"
+#include "core/cuda_util.h"
 
 namespace cakemoe {
 namespace bgmv {
@@ -14,6 +15,9 @@ namespace {
 // NOTE: the CPU backend reports the choices of an H200 (sm90a, 132 SMs), the measured target.
 constexpr Arch kCpuEmulatedArch = Arch::kSm90a;
 constexpr int kCpuEmulatedSms = 132;
+
+// Reported by plans that took the portable path through PrepareInternals::force_portable.
+constexpr const char* kForcedPortableReason = "forced portable path (internal option)";
 
 bool print_plan_requested() {
   const char* env = std::getenv("CAKEMOE_PRINT_PLAN");
@@ -31,26 +35,39 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
                                              const TensorView& expert_ids,
                                              const TensorView& lora_indices,
                                              const TensorView& topk_weights, int64_t num_experts,
-                                             const BgmvOptions& options) {
+                                             const BgmvOptions& options,
+                                             const PrepareInternals& internals) {
   // Rules 1-11.
   const ProblemShape s =
       validate_operands(x, lora_a_weights, lora_b_weights, sorted_token_ids, expert_ids,
                         lora_indices, topk_weights, num_experts, options);
   const bool on_cpu = s.device.type == DeviceType::kCPU;
-  // Rule 12 reads index contents: host memory only (the CUDA path checks on the device).
-  if (on_cpu) validate_index_ranges(s, expert_ids, lora_indices);
-  // Rule 13. NOTE: the capability rule is skipped: the CPU has none, and this build has no
-  // CUDA runtime to query one.
   SupportQuery query;
   query.num_slices = s.num_slices;
   query.rank = s.rank;
   query.hidden = s.hidden;
   query.feat_out = s.feat_out;
+  Arch arch = kCpuEmulatedArch;
+  int num_sms = kCpuEmulatedSms;
+  if (on_cpu) {
+    // Rule 12 on host memory. NOTE: the capability rule is skipped: the CPU has none.
+    validate_index_ranges(s, expert_ids, lora_indices);
+  } else {
+    // Rule 2 (device half) and rule 12 on host copies: prepare may synchronise, run may not.
+    const DeviceFacts facts = query_cuda_device(s.device);
+    const Tensor host_experts = core::copy_to(expert_ids, Device::cpu());
+    const Tensor host_loras = core::copy_to(lora_indices, Device::cpu());
+    validate_index_ranges(s, host_experts, host_loras);
+    query.capability = facts.capability;
+    arch = arch_from_capability(facts.capability.major, facts.capability.minor);
+    num_sms = facts.num_sms;
+  }
+  // Rule 13.
   const CakeSupport support = cake_support(query);
   if (!support.supported() && !options.fallback) {
     throw Unsupported(support.argument, support.reason);
   }
-  const bool portable = !support.supported();
+  const bool portable = !support.supported() || internals.force_portable;
   // Rule 14.
   validate_workspaces(s, options, portable);
   // Rule 15 (and the forced pipelines' kernel limits, inside choose_cake_plan).
@@ -58,7 +75,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
                 "order_remap", "order_remap=true cannot be combined with grouped=true");
   PlanChoice choice;
   if (portable) {
-    choice = choose_portable_plan(support.reason);
+    choice = choose_portable_plan(support.supported() ? kForcedPortableReason : support.reason);
   } else {
     ProblemDesc desc;
     desc.num_tokens = s.num_tokens;
@@ -67,8 +84,8 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
     desc.rank = s.rank;
     desc.num_loras = s.num_loras;
     desc.num_experts = s.num_experts;
-    desc.arch = kCpuEmulatedArch;
-    desc.num_sms = kCpuEmulatedSms;
+    desc.arch = arch;
+    desc.num_sms = num_sms;
     desc.grouped = options.grouped;
     desc.order_remap = options.order_remap;
     choice = choose_cake_plan(desc);
@@ -82,15 +99,12 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
                               : TensorView(nullptr, DType::kFP32,
                                            {s.num_tokens, s.num_slices * s.feat_out}));
   }
-  if (!on_cpu) {
-    throw Unsupported("device", "the CUDA BGMV backend is not built yet (issue #4)");
-  }
-  if (portable) warn_fallback_once(support.reason);
+  if (portable && !support.supported()) warn_fallback_once(support.reason);
 
   auto impl = std::make_shared<BgmvPlan::Impl>();
   impl->shape = s;
   impl->choice = choice;
-  impl->backend_used = "cpu_reference";
+  impl->backend_used = on_cpu ? "cpu_reference" : (portable ? "portable" : "cake");
   impl->variant = variant_name(choice.variant);
   impl->params.shrink_splits = choice.shrink_launch ? choice.shrink_launch->splits : 1;
   impl->params.grouped = choice.grouped;
@@ -104,22 +118,25 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
   if (options.shrink_out.defined()) {
     impl->shrink_out = options.shrink_out;
   } else {
-    impl->owned_shrink_out = Tensor::empty({s.num_slices, s.num_pairs, s.rank}, s.dtype);
+    impl->owned_shrink_out =
+        Tensor::empty({s.num_slices, s.num_pairs, s.rank}, s.dtype, s.device);
     impl->shrink_out = impl->owned_shrink_out.view();
   }
   if (options.y_accum.defined()) {
     impl->y_accum = options.y_accum;
   } else {
-    impl->owned_y_accum = Tensor::empty({s.num_tokens, s.num_slices * s.feat_out}, DType::kFP32);
+    impl->owned_y_accum =
+        Tensor::empty({s.num_tokens, s.num_slices * s.feat_out}, DType::kFP32, s.device);
     impl->y_accum = impl->owned_y_accum.view();
   }
   if (!portable) {
     // spec §3.3: allocated zeroed once at prepare, never reset afterwards.
     impl->owned_route_index =
-        Tensor::empty({route_index_layout(s.num_tokens).total_words}, DType::kInt32);
-    std::memset(impl->owned_route_index.data(), 0, impl->owned_route_index.nbytes());
+        Tensor::empty({route_index_layout(s.num_tokens).total_words}, DType::kInt32, s.device);
+    zero_synchronously(impl->owned_route_index);
     impl->route_index = impl->owned_route_index.view();
   }
+  if (!on_cpu) setup_cuda_plan(*impl, arch);
   impl->record_bindings();
   if (print_plan_requested()) std::cerr << choice << "\n";
   return impl;

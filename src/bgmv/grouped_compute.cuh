@@ -1,0 +1,217 @@
+// Grouped pipeline compute stages (spec bgmv §5): grouped shrink (A rows read once per part of
+// 4 routes of one bin, canonical per-route FP32 order of §3.2 -> rows bitwise equal to the
+// per-route shrink), grouped expand (B rows read once per tile of <= 16 routes; unweighted
+// per-route partials), combine (weights applied per route in ascending pair order; the
+// reference::bgmv grouped order, docs/decisions/bgmv.md).
+#pragma once
+
+#include <cstdint>
+
+#include "bgmv/grouped_index.cuh"
+
+namespace cakemoe {
+namespace bgmv {
+namespace grouped {
+
+constexpr int kShrinkThreads = 128;
+constexpr int kShrinkTileK = 1024;  // 128 threads x 8 elements
+constexpr int kRankTile = 8;
+
+/// The tile's bin and its route range [first, last) in sorted_routes; false past the tile count.
+CAKEMOE_DEVICE bool tile_routes(const GroupedParams& p, const GroupedWs& w, int tile, int* bin,
+                                int* first, int* last) {
+  if (tile >= w.header[0]) return false;
+  const int start = w.tile_start[tile];
+  const int pair = w.sorted_routes[start];
+  *bin = route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, pair, p.num_tokens,
+                   p.num_loras, p.num_experts);
+  *first = start;
+  *last = min(start + kGroupTileRoutes, w.bin_offset[*bin + 1]);
+  return true;
+}
+
+/// grid (max_tiles, R / 8, 4 parts) x 128: shrink rows of up to 4 routes x 8 rank rows.
+template <bool kBf16>
+__global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_kernel(GroupedParams p) {
+  __shared__ float red[4][kGroupShrinkPart][kRankTile];
+  const GroupedWs w = grouped_ws(p);
+  int bin = 0, first = 0, last = 0;
+  if (!tile_routes(p, w, blockIdx.x, &bin, &first, &last)) return;
+  first += blockIdx.z * kGroupShrinkPart;
+  const int n = min(kGroupShrinkPart, last - first);
+  if (n <= 0) return;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int rank_block = blockIdx.y;
+  const int64_t h = p.hidden;
+  const uint16_t* a = static_cast<const uint16_t*>(p.lora_a) +
+                      (static_cast<int64_t>(bin) * p.rank + rank_block * kRankTile) * h;
+  const uint16_t* xs[kGroupShrinkPart];
+  int pairs[kGroupShrinkPart];
+#pragma unroll
+  for (int i = 0; i < kGroupShrinkPart; ++i) {
+    pairs[i] = w.sorted_routes[first + min(i, n - 1)];
+    xs[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pairs[i]] * h;
+  }
+  const int tiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
+  const int tiles_per_split = (tiles + p.splits - 1) / p.splits;
+  float total = 0.0f;  // owned by thread i * 8 + r < 32
+  for (int z = 0; z < p.splits; ++z) {
+    const int t0 = min(z * tiles_per_split, tiles), t1 = min((z + 1) * tiles_per_split, tiles);
+    float acc[kGroupShrinkPart][kRankTile];
+#pragma unroll
+    for (int i = 0; i < kGroupShrinkPart; ++i) {
+#pragma unroll
+      for (int r = 0; r < kRankTile; ++r) acc[i][r] = 0.0f;
+    }
+    for (int t = t0; t < t1; ++t) {
+      const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
+      if (k0 >= h) continue;  // H % 8 == 0: a vector is wholly inside or outside
+      float av[kRankTile][8];
+#pragma unroll
+      for (int r = 0; r < kRankTile; ++r) load8<kBf16>(a + r * h + k0, av[r]);
+#pragma unroll
+      for (int i = 0; i < kGroupShrinkPart; ++i) {
+        if (i >= n) break;
+        float xv[8];
+        load8<kBf16>(xs[i] + k0, xv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+#pragma unroll
+          for (int r = 0; r < kRankTile; ++r) acc[i][r] = fmaf(xv[e], av[r][e], acc[i][r]);
+        }
+      }
+    }
+    // Warp XOR butterflies (16 .. 1), then warp sums in warp order from 0.0f (spec §3.2).
+#pragma unroll
+    for (int i = 0; i < kGroupShrinkPart; ++i) {
+#pragma unroll
+      for (int r = 0; r < kRankTile; ++r) {
+        float v = acc[i][r];
+#pragma unroll
+        for (int off = 16; off >= 1; off /= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, off);
+        if (lane == 0) red[warp][i][r] = v;
+      }
+    }
+    __syncthreads();
+    if (tid < kGroupShrinkPart * kRankTile) {
+      const int i = tid / kRankTile, r = tid % kRankTile;
+      float sum = 0.0f;
+      for (int wi = 0; wi < 4; ++wi) sum = sum + red[wi][i][r];
+      total = total + sum;
+    }
+    __syncthreads();
+  }
+  if (tid < kGroupShrinkPart * kRankTile) {
+    const int i = tid / kRankTile, r = tid % kRankTile;
+    if (i < n) {
+      uint16_t* out = static_cast<uint16_t*>(p.shrink_out);
+      out[static_cast<int64_t>(pairs[i]) * p.rank + rank_block * kRankTile + r] =
+          narrow<kBf16>(total);
+    }
+  }
+}
+
+/// grid (max_tiles, ceil(H / 256)) x 256: one column per thread; B row read once per tile.
+template <bool kBf16, int kRank>
+__global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(GroupedParams p) {
+  __shared__ float srow[kGroupTileRoutes][kRank];
+  __shared__ int spair[kGroupTileRoutes];
+  const GroupedWs w = grouped_ws(p);
+  int bin = 0, first = 0, last = 0;
+  if (!tile_routes(p, w, blockIdx.x, &bin, &first, &last)) return;
+  const int n = last - first;
+  const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out);
+  for (int idx = threadIdx.x; idx < n * kRank; idx += blockDim.x) {
+    const int i = idx / kRank, r = idx % kRank;
+    const int pair = w.sorted_routes[first + i];
+    if (r == 0) spair[i] = pair;
+    srow[i][r] = widen<kBf16>(shrink[static_cast<int64_t>(pair) * kRank + r]);
+  }
+  __syncthreads();
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols + threadIdx.x;
+  if (c >= p.hidden) return;
+  const uint16_t* brow = static_cast<const uint16_t*>(p.lora_b) +
+                         (static_cast<int64_t>(bin) * p.hidden + c) * kRank;
+  float b[kRank];
+#pragma unroll
+  for (int g = 0; g < kRank / 8; ++g) load8<kBf16>(brow + 8 * g, b + 8 * g);
+  constexpr int kGroups = kRank / 8;
+  for (int i = 0; i < n; ++i) {
+    float lanes[kGroups];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      float part = 0.0f;
+#pragma unroll
+      for (int r = 8 * g; r < 8 * g + 8; ++r) part = fmaf(srow[i][r], b[r], part);
+      lanes[g] = part;
+    }
+    // Lane 0 of the XOR butterfly (offsets G/2 .. 1): lanes >= off mirror lanes < off.
+#pragma unroll
+    for (int off = kGroups / 2; off >= 1; off /= 2) {
+#pragma unroll
+      for (int g = 0; g < off; ++g) lanes[g] = lanes[g] + lanes[g + off];
+    }
+    p.partials[static_cast<int64_t>(spair[i]) * p.hidden + c] = lanes[0];
+  }
+}
+
+/// grid (T, ceil(H / 256)) x 256: y[t, c] = fma chain of partial * weight over the token's
+/// routes in ascending pair order; 0 for tokens without routes or LoRA.
+template <int kUnused = 0>
+__global__ void __launch_bounds__(kGroupExpandCols) group_combine_kernel(GroupedParams p) {
+  __shared__ int list[kGroupExpandCols];
+  __shared__ int warp_counts[kGroupExpandCols / 32];
+  const GroupedWs w = grouped_ws(p);
+  const int t = blockIdx.x, tid = threadIdx.x;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols + tid;
+  const int count = w.token_count[t];
+  float y = 0.0f;
+  if (count <= kGroupTokenSlots) {
+    // Sort the (unordered) slots ascending: each slot's rank = number of smaller pair ids.
+    const int mine = tid < count ? w.token_slots[t * kGroupTokenSlots + tid] : 0;
+    if (tid < count) {
+      int rank = 0;
+      for (int j = 0; j < count; ++j) rank += w.token_slots[t * kGroupTokenSlots + j] < mine;
+      list[rank] = mine;
+    }
+    __syncthreads();
+    if (c < p.hidden) {
+      for (int j = 0; j < count; ++j) {
+        const int pair = list[j];
+        y = fmaf(p.partials[static_cast<int64_t>(pair) * p.hidden + c], p.topk_weights[pair], y);
+      }
+    }
+  } else {
+    // More than 16 routes: exact scan of all pairs, compacted in ascending order per chunk.
+    const int lane = tid & 31, warp = tid >> 5;
+    for (int base = 0; base < p.num_pairs; base += kGroupExpandCols) {
+      const int i = base + tid;
+      const bool mine = i < p.num_pairs && p.sorted_token_ids[i] == t &&
+                        route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i,
+                                  p.num_tokens, p.num_loras, p.num_experts) >= 0;
+      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, mine);
+      if (lane == 0) warp_counts[warp] = __popc(ballot);
+      __syncthreads();
+      int offset = 0, chunk_count = 0;
+      for (int wi = 0; wi < kGroupExpandCols / 32; ++wi) {
+        if (wi < warp) offset += warp_counts[wi];
+        chunk_count += warp_counts[wi];
+      }
+      if (mine) list[offset + __popc(ballot & ((1u << lane) - 1u))] = i;
+      __syncthreads();
+      if (c < p.hidden) {
+        for (int j = 0; j < chunk_count; ++j) {
+          const int pair = list[j];
+          y = fmaf(p.partials[static_cast<int64_t>(pair) * p.hidden + c], p.topk_weights[pair],
+                   y);
+        }
+      }
+      __syncthreads();
+    }
+  }
+  if (c < p.hidden) p.y[static_cast<int64_t>(t) * p.y_row_stride + c] = y;
+}
+
+}  // namespace grouped
+}  // namespace bgmv
+}  // namespace cakemoe

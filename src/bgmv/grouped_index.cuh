@@ -1,0 +1,151 @@
+// Grouped pipeline index stages (spec bgmv §5): group_hist, group_scan, group_scatter. They sort
+// the valid routes by (lora, expert) bin (stable: CTA order, then pair order), cut each bin into
+// tiles of <= 16 routes, and list each token's routes (<= 16 slots; the combine scans beyond).
+#pragma once
+
+#include <cstdint>
+
+#include "bgmv/grouped_common.cuh"
+#include "bgmv/grouped_launch.h"
+
+namespace cakemoe {
+namespace bgmv {
+namespace grouped {
+
+/// Workspace views (layout: grouped_launch.h).
+struct GroupedWs {
+  int* header;
+  int* bin_offset;
+  int* tile_start;
+  int* sorted_routes;
+  int* token_count;
+  int* token_slots;
+  int* hist;
+  int* cta_base;
+};
+
+CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
+  const int bins = p.num_loras * p.num_experts;
+  GroupedWs w;
+  w.header = p.workspace;
+  w.bin_offset = w.header + 4;
+  w.tile_start = w.bin_offset + bins + 1;
+  w.sorted_routes = w.tile_start + p.max_tiles;
+  w.token_count = w.sorted_routes + p.num_pairs;
+  w.token_slots = w.token_count + p.num_tokens;
+  w.hist = w.token_slots + kGroupTokenSlots * p.num_tokens;
+  w.cta_base = w.hist + p.hist_ctas * bins;
+  return w;
+}
+
+CAKEMOE_DEVICE void hist_chunk(const GroupedParams& p, int* begin, int* end) {
+  const int chunk = (p.num_pairs + p.hist_ctas - 1) / p.hist_ctas;
+  *begin = min(p.num_pairs, static_cast<int>(blockIdx.x) * chunk);
+  *end = min(p.num_pairs, *begin + chunk);
+}
+
+/// grid hist_ctas x 256, dynamic smem bins ints: per-CTA bin histogram; resets token_count
+/// (read by the combine of the previous launch, incremented by this launch's scatter).
+template <int kUnused = 0>
+__global__ void __launch_bounds__(kGroupHistThreads) group_hist_kernel(GroupedParams p) {
+  extern __shared__ int counts[];
+  const int bins = p.num_loras * p.num_experts;
+  const GroupedWs w = grouped_ws(p);
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) counts[b] = 0;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < p.num_tokens;
+       t += gridDim.x * blockDim.x) {
+    w.token_count[t] = 0;
+  }
+  __syncthreads();
+  int begin = 0, end = 0;
+  hist_chunk(p, &begin, &end);
+  for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const int key = route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i, p.num_tokens,
+                              p.num_loras, p.num_experts);
+    if (key >= 0) atomicAdd(&counts[key], 1);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) w.hist[blockIdx.x * bins + b] = counts[b];
+}
+
+/// 1 CTA x 1024: bin offsets, per-(CTA, bin) bases and the tile table.
+template <int kUnused = 0>
+__global__ void __launch_bounds__(1024) group_scan_kernel(GroupedParams p) {
+  __shared__ int warp_sums[32];
+  const int bins = p.num_loras * p.num_experts;
+  const GroupedWs w = grouped_ws(p);
+  // Per bin: CTA-relative bases and the bin total (written into bin_offset, scanned below).
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+    int total = 0;
+    for (int c = 0; c < p.hist_ctas; ++c) {
+      w.cta_base[c * bins + b] = total;
+      total += w.hist[c * bins + b];
+    }
+    w.bin_offset[b] = total;
+  }
+  if (threadIdx.x == 0) w.bin_offset[bins] = 0;
+  __syncthreads();
+  // Tile counts go to tile_start[0, bins) first (max_tiles >= bins), scanned into tile bases.
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+    w.tile_start[b] = (w.bin_offset[b] + kGroupTileRoutes - 1) / kGroupTileRoutes;
+  }
+  __syncthreads();
+  block_exclusive_scan(w.bin_offset, bins + 1, warp_sums);
+  const int tiles = block_exclusive_scan(w.tile_start, bins, warp_sums);
+  // Keep each bin's tile base in a register, then rewrite the table (bases must all be read
+  // before any thread overwrites an entry of another bin).
+  constexpr int kMaxBinsPerThread = 4;  // bins <= 4096 = 4 x 1024
+  int tile_base[kMaxBinsPerThread];
+#pragma unroll
+  for (int j = 0; j < kMaxBinsPerThread; ++j) {
+    const int b = threadIdx.x + j * blockDim.x;
+    tile_base[j] = b < bins ? w.tile_start[b] : 0;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kMaxBinsPerThread; ++j) {
+    const int b = threadIdx.x + j * blockDim.x;
+    if (b >= bins) continue;
+    const int start = w.bin_offset[b], count = w.bin_offset[b + 1] - start;
+    for (int k = 0; k * kGroupTileRoutes < count; ++k) {
+      w.tile_start[tile_base[j] + k] = start + k * kGroupTileRoutes;
+    }
+    for (int c = 0; c < p.hist_ctas; ++c) w.cta_base[c * bins + b] += start;
+  }
+  if (threadIdx.x == 0) w.header[0] = tiles;
+}
+
+/// grid hist_ctas x 256, dynamic smem bins ints: stable scatter of the routes into bin order,
+/// per-token route slots, zero shrink rows of invalid pairs.
+template <int kUnused = 0>
+__global__ void __launch_bounds__(kGroupHistThreads) group_scatter_kernel(GroupedParams p) {
+  extern __shared__ int cursor[];
+  const int bins = p.num_loras * p.num_experts;
+  const GroupedWs w = grouped_ws(p);
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+    cursor[b] = w.cta_base[blockIdx.x * bins + b];
+  }
+  __syncthreads();
+  int begin = 0, end = 0;
+  hist_chunk(p, &begin, &end);
+  uint16_t* shrink = static_cast<uint16_t*>(p.shrink_out);
+  for (int round = begin; round < end; round += blockDim.x) {
+    const int i = round + threadIdx.x;
+    const int key = i < end ? route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i,
+                                        p.num_tokens, p.num_loras, p.num_experts)
+                            : -1;
+    const int pos = stable_place(key, cursor);
+    if (key >= 0) {
+      w.sorted_routes[pos] = i;
+      const int t = static_cast<int>(p.sorted_token_ids[i]);
+      const int slot = atomicAdd(&w.token_count[t], 1);
+      if (slot < kGroupTokenSlots) w.token_slots[t * kGroupTokenSlots + slot] = i;
+    } else if (i < end) {
+      for (int r = 0; r < p.rank; ++r) shrink[static_cast<int64_t>(i) * p.rank + r] = 0;
+    }
+  }
+}
+
+}  // namespace grouped
+}  // namespace bgmv
+}  // namespace cakemoe

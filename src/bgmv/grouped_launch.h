@@ -1,0 +1,67 @@
+// Launch interface of the pair-grouped pipeline (spec bgmv §5) and of the SM90 order-remap
+// prologue (§6). Plain C++: the host runtime (cuda_plan.cpp) fills these and calls the launchers
+// it finds in the kernel catalog ("bgmv", "grouped" | "order_build", dtype | "", rank 0).
+#pragma once
+
+#include <cstdint>
+
+namespace cakemoe {
+namespace bgmv {
+
+/// Grouped pipeline operands. Workspace layout (int32 words, spec §5; sizes from
+/// grouped_workspace()): header[4] (word 0 = tile count), bin_offset[bins + 1], tile_start
+/// [max_tiles], sorted_routes[P], token_count[T], token_slots[16 T], hist[hist_ctas * bins],
+/// cta_base[hist_ctas * bins]. Zeroed once at prepare; every launch rewrites what it reads.
+struct GroupedParams {
+  const void* x = nullptr;       ///< [T, H] bf16/fp16
+  const void* lora_a = nullptr;  ///< [L, E, R, H]
+  const void* lora_b = nullptr;  ///< [L, E, H, R]
+  const int64_t* sorted_token_ids = nullptr;
+  const int64_t* expert_ids = nullptr;
+  const int64_t* lora_indices = nullptr;
+  const float* topk_weights = nullptr;
+  void* shrink_out = nullptr;   ///< [P, R] weight dtype
+  float* y = nullptr;           ///< [T, H] with row stride y_row_stride
+  int64_t y_row_stride = 0;
+  int32_t* workspace = nullptr;
+  float* partials = nullptr;    ///< [P, H] fp32 unweighted per-route partials
+  int num_tokens = 0;
+  int hidden = 0;
+  int rank = 0;                 ///< 8, 16, 32 or 64
+  int num_pairs = 0;
+  int num_loras = 0;
+  int num_experts = 0;
+  int splits = 1;               ///< hidden splits of the canonical shrink order (spec §3.2)
+  int hist_ctas = 1;
+  int max_tiles = 1;
+};
+
+/// Enqueues group_hist, group_scan, group_scatter, grouped shrink, grouped expand, combine.
+using GroupedLauncher = void (*)(const GroupedParams& params, void* stream);
+
+/// Order-remap prologue operands (spec §6): one CTA writes `order[P]`, the pairs stably sorted
+/// by (lora, expert) bin with invalid pairs (padding, LoRA -1) last.
+struct OrderBuildParams {
+  const int64_t* sorted_token_ids = nullptr;
+  const int64_t* expert_ids = nullptr;
+  const int64_t* lora_indices = nullptr;
+  int32_t* order = nullptr;  ///< [P]
+  int num_tokens = 0;
+  int num_pairs = 0;         ///< <= 4096
+  int num_loras = 0;
+  int num_experts = 0;
+};
+
+using OrderBuildLauncher = void (*)(const OrderBuildParams& params, void* stream);
+
+/// Grouped pipeline geometry shared by the host and the kernels.
+constexpr int kGroupTileRoutes = 16;   ///< routes per tile (one bin)
+constexpr int kGroupShrinkPart = 4;    ///< routes per grouped-shrink CTA
+constexpr int kGroupHistThreads = 256;
+constexpr int kGroupExpandCols = 256;  ///< columns per grouped-expand / combine CTA
+constexpr int kGroupTokenSlots = 16;
+constexpr int kOrderBuildThreads = 1024;
+constexpr int kOrderBuildMaxPairs = 4096;
+
+}  // namespace bgmv
+}  // namespace cakemoe
