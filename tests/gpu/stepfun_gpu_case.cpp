@@ -1,0 +1,201 @@
+#include "gpu/stepfun_gpu_case.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "core/cuda_util.h"
+#include "testbed/testbed.h"
+
+namespace cakemoe {
+namespace gpu_testbed {
+namespace ref = reference::stepfun;
+
+bool stepfun_full_matrix() {
+  const char* v = std::getenv("CAKEMOE_GPU_MATRIX");
+  return v != nullptr && std::string(v) == "full";
+}
+
+TensorView DevicePool::copy(const TensorView& host) {
+  if (!host.defined()) return TensorView();
+  tensors.push_back(core::copy_to(host, Device::cuda(0)));
+  return tensors.back();
+}
+
+TensorView DevicePool::filled(const std::vector<int64_t>& shape, DType dtype, int byte) {
+  tensors.push_back(Tensor::empty(shape, dtype, Device::cuda(0)));
+  core::fill_bytes(tensors.back(), byte);
+  core::cuda_stream_sync(nullptr);
+  return tensors.back();
+}
+
+stepfun::MoeArgs device_args_with_weights(const stepfun::MoeArgs& host,
+                                          const stepfun::MoeArgs& weights, DevicePool& pool) {
+  stepfun::MoeArgs a = host;
+  a.hidden_states = pool.copy(host.hidden_states);
+  a.hidden_states_scale = pool.copy(host.hidden_states_scale);
+  a.per_token_scale = pool.copy(host.per_token_scale);
+  a.routing_logits = pool.copy(host.routing_logits);
+  a.topk_ids = pool.copy(host.topk_ids);
+  a.topk_weights = pool.copy(host.topk_weights);
+  a.output = pool.copy(host.output);
+  a.gemm1_weights = weights.gemm1_weights;
+  a.gemm1_weights_scale = weights.gemm1_weights_scale;
+  a.output1_scale_scalar = weights.output1_scale_scalar;
+  a.output1_scale_gate_scalar = weights.output1_scale_gate_scalar;
+  a.gemm1_clamp_limit = weights.gemm1_clamp_limit;
+  a.gemm2_weights = weights.gemm2_weights;
+  a.gemm2_weights_scale = weights.gemm2_weights_scale;
+  a.output2_scale_scalar = weights.output2_scale_scalar;
+  return a;
+}
+
+stepfun::MoeArgs device_args(const stepfun::MoeArgs& host, DevicePool& pool) {
+  stepfun::MoeArgs w = host;
+  w.gemm1_weights = pool.copy(host.gemm1_weights);
+  w.gemm1_weights_scale = pool.copy(host.gemm1_weights_scale);
+  w.output1_scale_scalar = pool.copy(host.output1_scale_scalar);
+  w.output1_scale_gate_scalar = pool.copy(host.output1_scale_gate_scalar);
+  w.gemm1_clamp_limit = pool.copy(host.gemm1_clamp_limit);
+  w.gemm2_weights = pool.copy(host.gemm2_weights);
+  w.gemm2_weights_scale = pool.copy(host.gemm2_weights_scale);
+  w.output2_scale_scalar = pool.copy(host.output2_scale_scalar);
+  return device_args_with_weights(host, w, pool);
+}
+
+namespace {
+
+/// Rows {0, s, 2s, ...} of a row-major tensor (dim 0 = tokens); undefined stays undefined.
+Tensor take_rows(const Tensor& t, int64_t stride, int64_t count) {
+  if (!t.defined()) return t;
+  std::vector<int64_t> shape = t.view().sizes();
+  const size_t row_bytes = t.nbytes() / static_cast<size_t>(shape[0]);
+  shape[0] = count;
+  Tensor out = Tensor::empty(shape, t.dtype());
+  for (int64_t i = 0; i < count; ++i) {
+    std::memcpy(static_cast<char*>(out.data()) + i * row_bytes,
+                static_cast<const char*>(t.data()) + i * stride * row_bytes, row_bytes);
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<T> take_rows(const std::vector<T>& v, int64_t row, int64_t stride, int64_t count) {
+  std::vector<T> out;
+  out.reserve(static_cast<size_t>(row * count));
+  for (int64_t i = 0; i < count; ++i) {
+    out.insert(out.end(), v.begin() + i * stride * row, v.begin() + (i * stride + 1) * row);
+  }
+  return out;
+}
+
+}  // namespace
+
+ref::LayerData sub_layer(const ref::LayerData& full, int64_t tokens) {
+  const int64_t t_full = full.config.num_tokens;
+  if (tokens == t_full) return full;
+  const int64_t s = t_full / tokens;
+  if (tokens <= 0 || s * tokens != t_full) {
+    std::fprintf(stderr, "sub_layer: %lld tokens do not divide %lld\n",
+                 static_cast<long long>(tokens), static_cast<long long>(t_full));
+    std::abort();
+  }
+  ref::LayerData d;
+  d.config = full.config;
+  d.config.num_tokens = tokens;
+  d.weights = full.weights;
+  d.activations.hidden_states = take_rows(full.activations.hidden_states, s, tokens);
+  d.activations.hidden_states_scale = take_rows(full.activations.hidden_states_scale, s, tokens);
+  d.activations.per_token_scale = take_rows(full.activations.per_token_scale, s, tokens);
+  d.routing_logits = take_rows(full.routing_logits, s, tokens);
+  d.topk_ids = take_rows(full.topk_ids, s, tokens);
+  d.topk_weights = take_rows(full.topk_weights, s, tokens);
+  const int64_t k = full.config.top_k, h = full.config.hidden;
+  d.oracle_ids = take_rows(full.oracle_ids, k, s, tokens);
+  d.oracle_weights = take_rows(full.oracle_weights, k, s, tokens);
+  d.oracle_output = take_rows(full.oracle_output, h, s, tokens);
+  return d;
+}
+
+HostTables cpu_routing(const stepfun::MoeArgs& host, int64_t tile) {
+  const bool logits = host.routing_logits.defined();
+  const int64_t t = (logits ? host.routing_logits : host.topk_ids).shape[0];
+  const int64_t k = host.top_k, e = host.num_experts;
+  const int64_t ctas = stepfun::max_ctas(t, k, e, tile), rows = stepfun::max_padded(t, k, e, tile);
+  HostTables h;
+  const auto make = [](std::vector<int64_t> shape, DType dtype) {
+    Tensor x = Tensor::empty(shape, dtype);
+    testbed::poison(x);
+    return x;
+  };
+  stepfun::RoutingArgs r;
+  r.routing_logits = host.routing_logits;
+  r.topk_ids = host.topk_ids;
+  if (logits) {
+    h.topk_weights = make({t, k}, DType::kBF16);
+    h.topk_packed = make({t, k}, DType::kInt32);
+    r.topk_weights = h.topk_weights;
+    r.topk_packed = h.topk_packed;
+  } else {
+    r.topk_weights = host.topk_weights;
+  }
+  h.histogram = make({std::max<int64_t>(2 * e, 512)}, DType::kInt32);
+  h.total_num_padded_tokens = make({1}, DType::kInt32);
+  h.expanded_idx_to_permuted_idx = make({t * k}, DType::kInt32);
+  h.permuted_idx_to_token_idx = make({rows + 1}, DType::kInt32);
+  h.cta_idx_xy_to_batch_idx = make({ctas}, DType::kInt32);
+  h.cta_idx_xy_to_mn_limit = make({ctas}, DType::kInt32);
+  h.num_non_exiting_ctas = make({1}, DType::kInt32);
+  r.expert_count_histogram = h.histogram;
+  r.total_num_padded_tokens = h.total_num_padded_tokens;
+  r.expanded_idx_to_permuted_idx = h.expanded_idx_to_permuted_idx;
+  r.permuted_idx_to_token_idx = h.permuted_idx_to_token_idx;
+  r.cta_idx_xy_to_batch_idx = h.cta_idx_xy_to_batch_idx;
+  r.cta_idx_xy_to_mn_limit = h.cta_idx_xy_to_mn_limit;
+  r.num_non_exiting_ctas = h.num_non_exiting_ctas;
+  r.num_experts = e;
+  r.top_k = k;
+  r.local_expert_offset = host.local_expert_offset;
+  r.local_num_experts = host.local_num_experts;
+  r.tile_tokens_dim = tile;
+  r.routed_scaling_factor = host.routed_scaling_factor;
+  stepfun::prepare_routing(r).launch();
+  return h;
+}
+
+std::string diff_bytes(const void* a, const void* b, size_t bytes, size_t element_bytes) {
+  const auto* pa = static_cast<const unsigned char*>(a);
+  const auto* pb = static_cast<const unsigned char*>(b);
+  if (std::memcmp(pa, pb, bytes) == 0) return "";
+  const size_t n = bytes / element_bytes;
+  size_t first = n, count = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::memcmp(pa + i * element_bytes, pb + i * element_bytes, element_bytes) == 0) continue;
+    if (first == n) first = i;
+    ++count;
+  }
+  std::ostringstream os;
+  os << count << " of " << n << " elements differ; first at index " << first << ": 0x";
+  for (const unsigned char* p : {pa, pb}) {
+    for (size_t j = element_bytes; j-- > 0;) {
+      static const char* kHex = "0123456789abcdef";
+      os << kHex[p[first * element_bytes + j] >> 4] << kHex[p[first * element_bytes + j] & 15];
+    }
+    if (p == pa) os << " (gpu) vs 0x";
+  }
+  os << " (cpu)";
+  return os.str();
+}
+
+std::string diff_device_host(const TensorView& device, const TensorView& host) {
+  if (device.nbytes() != host.nbytes()) {
+    return "sizes differ: " + device.describe() + " vs " + host.describe();
+  }
+  const Tensor copy = core::copy_to(device, Device::cpu());
+  return diff_bytes(copy.data(), host.data, host.nbytes(), dtype_size(host.dtype));
+}
+
+}  // namespace gpu_testbed
+}  // namespace cakemoe
