@@ -1,0 +1,101 @@
+// StepFun finalize (spec stepfun §7.2), bitwise equal to reference::stepfun::finalize:
+// out[t, h] = bf16_rn(acc), acc = fmaf(w[t,k], g2[p, h], acc) over k in order from +0, p == -1
+// skipped. One thread owns kVec consecutive h of a token; vector loads keep the per-element order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "core/macros.h"
+#include "formats/codecs.h"
+#include "stepfun/routing_params.h"
+
+namespace cakemoe {
+namespace stepfun {
+namespace finalize_kernels {
+
+constexpr int kThreads = 128;
+constexpr int kMaxGridY = 65535;
+
+template <int kVec>
+struct Bf16Vec;
+
+template <>
+struct Bf16Vec<1> {
+  CAKEMOE_DEVICE static void load(const uint16_t* src, float* out) {
+    out[0] = formats::bf16_to_float(*src);
+  }
+  CAKEMOE_DEVICE static void store(const float* in, uint16_t* dst) {
+    *dst = formats::bf16_from_float(in[0]);
+  }
+};
+
+template <>
+struct Bf16Vec<8> {
+  CAKEMOE_DEVICE static void load(const uint16_t* src, float* out) {
+    const uint4 word = *reinterpret_cast<const uint4*>(src);
+    const uint32_t w[4] = {word.x, word.y, word.z, word.w};
+    for (int q = 0; q < 4; ++q) {
+      out[2 * q] = formats::bf16_to_float(static_cast<uint16_t>(w[q] & 0xFFFFu));
+      out[2 * q + 1] = formats::bf16_to_float(static_cast<uint16_t>(w[q] >> 16));
+    }
+  }
+  CAKEMOE_DEVICE static void store(const float* in, uint16_t* dst) {
+    uint32_t w[4];
+    for (int q = 0; q < 4; ++q) {
+      w[q] = formats::bf16_from_float(in[2 * q]) |
+             (static_cast<uint32_t>(formats::bf16_from_float(in[2 * q + 1])) << 16);
+    }
+    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+};
+
+template <int kVec>
+__global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams p) {
+  const int64_t h0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec;
+  if (h0 >= p.hidden) return;
+  for (int64_t t = blockIdx.y; t < p.num_tokens; t += gridDim.y) {
+    float acc[kVec];
+    for (int v = 0; v < kVec; ++v) acc[v] = 0.0f;
+    for (int64_t k = 0; k < p.top_k; ++k) {
+      const int64_t i = t * p.top_k + k;
+      const int32_t slot = __ldg(p.expanded_idx_to_permuted_idx + i);
+      // NOTE: -1 is "not routed here"; other out-of-range slots (rejected by the CPU reference)
+      // are skipped too: a kernel has no error path.
+      if (slot < 0 || slot >= p.gemm2_rows) continue;
+      const float w =
+          p.weights_fp32
+              ? __ldg(static_cast<const float*>(p.expert_weights) + i)
+              : formats::bf16_to_float(__ldg(static_cast<const unsigned short*>(p.expert_weights) + i));
+      float g[kVec];
+      Bf16Vec<kVec>::load(p.gemm2_output + static_cast<int64_t>(slot) * p.hidden + h0, g);
+      // NOTE: spec §7.2 "fused multiply-add allowed" = exactly one fmaf per term, k ascending.
+      for (int v = 0; v < kVec; ++v) acc[v] = fmaf(w, g[v], acc[v]);
+    }
+    Bf16Vec<kVec>::store(acc, p.output + t * p.hidden + h0);
+  }
+}
+
+/// Enqueues the finalize of `p` on `stream`; 16-byte accesses when H % 8 == 0 and aligned.
+inline void launch(const FinalizeParams& p, Stream stream) {
+  if (p.num_tokens == 0 || p.hidden == 0) return;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const bool vec = p.hidden % 8 == 0 && reinterpret_cast<uintptr_t>(p.gemm2_output) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.output) % 16 == 0;
+  const int vec_width = vec ? 8 : 1;
+  const int64_t per_block = static_cast<int64_t>(kThreads) * vec_width;
+  const dim3 grid(static_cast<unsigned>((p.hidden + per_block - 1) / per_block),
+                  static_cast<unsigned>(p.num_tokens < kMaxGridY ? p.num_tokens : kMaxGridY));
+  if (vec) {
+    finalize_kernel<8><<<grid, kThreads, 0, s>>>(p);
+  } else {
+    finalize_kernel<1><<<grid, kThreads, 0, s>>>(p);
+  }
+  CAKEMOE_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace finalize_kernels
+}  // namespace stepfun
+}  // namespace cakemoe
