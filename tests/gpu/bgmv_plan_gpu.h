@@ -1,0 +1,205 @@
+// Helpers of the BGMV plan GPU tests: a seeded case uploaded to device 0, GPU and CPU plans of
+// the same inputs, host copies of results, and comparisons with precise diagnostics.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bgmv/bgmv_case.h"
+#include "cakemoe/bgmv.h"
+#include "core/cuda_util.h"
+#include "gpu/gpu_testbed.h"
+#include "reference/bgmv/bgmv.h"
+#include "testbed/testbed.h"
+
+namespace cakemoe {
+namespace bgmv_gpu {
+
+using bgmv::BgmvOptions;
+using bgmv::BgmvPlan;
+using bgmv_test::Case;
+using bgmv_test::CaseSpec;
+using bgmv_test::PairOrder;
+
+/// A host case (bgmv_case.h) plus device copies of every operand.
+struct GpuCase {
+  Case host;
+  Tensor x, sorted, experts, loras, weights;
+  std::vector<Tensor> a, b;
+
+  explicit GpuCase(const Case& c) : host(c) { upload(); }
+
+  void upload() {
+    upload_x();
+    sorted = gpu_testbed::to_device(host.sorted_view());
+    experts = gpu_testbed::to_device(host.experts_view());
+    loras = gpu_testbed::to_device(host.lora_view());
+    weights = gpu_testbed::to_device(host.weights_view());
+    a.clear();
+    b.clear();
+    for (const TensorView& v : host.a_views()) a.push_back(gpu_testbed::to_device(v));
+    for (const TensorView& v : host.b_views()) b.push_back(gpu_testbed::to_device(v));
+  }
+  /// Re-uploads x into the same device buffer (plans read current contents, spec §8).
+  void upload_x() {
+    if (!x.defined()) {
+      x = gpu_testbed::to_device(host.x_view());
+      return;
+    }
+    core::copy_tensor(x, host.x_view(), nullptr);
+    core::cuda_stream_sync(nullptr);
+  }
+  /// x *= factor on the host and on the device.
+  void scale_x(float factor) {
+    for (uint16_t& v : host.x) {
+      v = reference::bgmv::narrow(host.spec.dtype,
+                                  reference::bgmv::widen(host.spec.dtype, v) * factor);
+    }
+    upload_x();
+  }
+
+  std::vector<TensorView> views(const std::vector<Tensor>& ts) const {
+    std::vector<TensorView> v;
+    for (const Tensor& t : ts) v.push_back(t.view());
+    return v;
+  }
+  BgmvPlan prepare_gpu(const BgmvOptions& options = BgmvOptions()) const {
+    return bgmv::prepare_bgmv_moe(x, views(a), views(b), sorted, experts, loras, weights,
+                                  host.spec.experts, options);
+  }
+  /// The CPU reference backend on the same inputs: same selectors (sm90a, 132 SMs), so the same
+  /// canonical order parameters (splits, grouped).
+  BgmvPlan prepare_cpu(const BgmvOptions& gpu_options = BgmvOptions()) {
+    BgmvOptions o;
+    o.grouped = gpu_options.grouped;
+    o.order_remap = gpu_options.order_remap;
+    o.fallback = gpu_options.fallback;
+    return bgmv::prepare_bgmv_moe(host.x_view(), host.a_views(), host.b_views(),
+                                  host.sorted_view(), host.experts_view(), host.lora_view(),
+                                  host.weights_view(), host.spec.experts, o);
+  }
+};
+
+/// Poisons y_accum and shrink_out (NaN bytes) on `stream`, then runs the plan there.
+inline void poison_and_run(BgmvPlan& plan, Stream stream) {
+  core::fill_bytes(plan.y_accum(), 0xFF, stream);
+  core::fill_bytes(plan.shrink_out(), 0xFF, stream);
+  plan.run(stream);
+}
+
+/// Dense host copy of a [T, W] fp32 view (device or host, any row stride).
+inline std::vector<float> fetch_y(const TensorView& y) {
+  std::vector<float> out(static_cast<size_t>(y.shape[0] * y.shape[1]));
+  if (y.device.type == DeviceType::kCPU) {
+    for (int64_t t = 0; t < y.shape[0]; ++t) {
+      std::memcpy(out.data() + t * y.shape[1], y.ptr<float>() + t * y.strides[0],
+                  y.shape[1] * sizeof(float));
+    }
+    return out;
+  }
+  core::cuda_stream_sync(nullptr);
+  const int64_t span = (y.shape[0] - 1) * y.strides[0] + y.shape[1];
+  const TensorView flat(y.data, DType::kFP32, {span}, y.device);
+  const Tensor host = gpu_testbed::to_host(flat);
+  for (int64_t t = 0; t < y.shape[0]; ++t) {
+    std::memcpy(out.data() + t * y.shape[1], host.ptr<float>() + t * y.strides[0],
+                y.shape[1] * sizeof(float));
+  }
+  return out;
+}
+
+/// Host copy of a contiguous 16-bit workspace (shrink_out).
+inline std::vector<uint16_t> fetch_u16(const TensorView& t) {
+  if (t.device.type == DeviceType::kCPU) {
+    return std::vector<uint16_t>(t.ptr<uint16_t>(), t.ptr<uint16_t>() + t.numel());
+  }
+  core::cuda_stream_sync(nullptr);
+  const Tensor host = gpu_testbed::to_host(t);
+  return std::vector<uint16_t>(host.ptr<uint16_t>(), host.ptr<uint16_t>() + host.numel());
+}
+
+inline uint32_t bits_of(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+/// Bitwise equality with the first mismatch, the mismatch count and the max abs difference.
+inline ::testing::AssertionResult bitwise_equal(const std::vector<float>& got,
+                                                const std::vector<float>& want, int64_t width) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size differs";
+  int64_t first = -1, count = 0;
+  double max_diff = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (bits_of(got[i]) == bits_of(want[i])) continue;
+    if (first < 0) first = static_cast<int64_t>(i);
+    ++count;
+    max_diff = std::fmax(max_diff, std::fabs(double(got[i]) - double(want[i])));
+  }
+  if (count == 0) return ::testing::AssertionSuccess();
+  std::ostringstream os;
+  os << count << " of " << got.size() << " fp32 elements differ; first at row "
+     << first / width << " col " << first % width << ": got " << got[first] << " (0x" << std::hex
+     << bits_of(got[first]) << ") want " << std::dec << want[first] << " (0x" << std::hex
+     << bits_of(want[first]) << std::dec << "); max |diff| " << max_diff;
+  return ::testing::AssertionFailure() << os.str();
+}
+
+inline ::testing::AssertionResult bitwise_equal(const std::vector<uint16_t>& got,
+                                                const std::vector<uint16_t>& want, int64_t width) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size differs";
+  int64_t first = -1, count = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    if (first < 0) first = static_cast<int64_t>(i);
+    ++count;
+  }
+  if (count == 0) return ::testing::AssertionSuccess();
+  std::ostringstream os;
+  os << count << " of " << got.size() << " 16-bit elements differ; first at row "
+     << first / width << " col " << first % width << ": got 0x" << std::hex << got[first]
+     << " want 0x" << want[first];
+  return ::testing::AssertionFailure() << os.str();
+}
+
+/// |got - want| <= rel * max(|want|, 1e-3) everywhere.
+inline ::testing::AssertionResult close_relative(const std::vector<float>& got,
+                                                 const std::vector<float>& want, double rel,
+                                                 int64_t width) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double w = want[i], g = got[i];
+    if (std::fabs(g - w) <= rel * std::fmax(std::fabs(w), 1e-3)) continue;
+    return ::testing::AssertionFailure()
+           << "first element beyond " << rel << " relative at row " << i / width << " col "
+           << i % width << ": got " << g << " want " << w;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// atol = rtol = 1e-2 against the fp64 oracle (shrink not rounded, spec §11.2), and every active
+/// token's row reaches max |y| > 0.1 (guards vacuous passes).
+inline void expect_matches_oracle(const Case& c, const std::vector<float>& y,
+                                  const std::string& label) {
+  const std::vector<double> want = reference::bgmv::oracle_y(c.problem(), false);
+  const std::vector<double> got(y.begin(), y.end());
+  const int64_t bad = testbed::first_mismatch(got, want, 1e-2, 1e-2);
+  const int64_t width = c.feat_out() * c.spec.slices;
+  EXPECT_EQ(bad, -1) << label << ": first oracle mismatch at row " << bad / width << " col "
+                     << bad % width << ": got " << (bad >= 0 ? got[bad] : 0.0) << " want "
+                     << (bad >= 0 ? want[bad] : 0.0)
+                     << "; rel_frob=" << testbed::relative_frobenius(got, want);
+  for (int64_t t = 0; t < c.spec.tokens; ++t) {
+    if (c.active(t)) {
+      EXPECT_GT(bgmv_test::max_abs(y.data() + t * width, width), 0.1) << label << " token " << t;
+    }
+  }
+}
+
+}  // namespace bgmv_gpu
+}  // namespace cakemoe
