@@ -65,10 +65,10 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams
       // NOTE: -1 is "not routed here"; other out-of-range slots (rejected by the CPU reference)
       // are skipped too: a kernel has no error path.
       if (slot < 0 || slot >= p.gemm2_rows) continue;
-      const float w =
-          p.weights_fp32
-              ? __ldg(static_cast<const float*>(p.expert_weights) + i)
-              : formats::bf16_to_float(__ldg(static_cast<const unsigned short*>(p.expert_weights) + i));
+      const float w = p.weights_fp32
+                          ? __ldg(static_cast<const float*>(p.expert_weights) + i)
+                          : formats::bf16_to_float(
+                                __ldg(static_cast<const unsigned short*>(p.expert_weights) + i));
       float g[kVec];
       Bf16Vec<kVec>::load(p.gemm2_output + static_cast<int64_t>(slot) * p.hidden + h0, g);
       // NOTE: spec §7.2 "fused multiply-add allowed" = exactly one fmaf per term, k ascending.

@@ -116,13 +116,21 @@ __global__ void __launch_bounds__(kThreads) routing_count_kernel(const RoutingPa
 /// expert e (chunks in index order = token order). Then the expert scan (one CTA).
 __global__ void __launch_bounds__(kSingleThreads) routing_scan_kernel(const RoutingParams p) {
   const int num_local = p.local_num_experts;
+  constexpr int kBatch = 16;  // loads in flight per thread (the chain of sums is serial)
   for (int e = threadIdx.x; e < num_local; e += blockDim.x) {
     int run = 0;
     int32_t* counts = p.chunk_counts + e;
-    for (int c = 0; c < p.num_chunks; ++c) {
-      const int v = counts[static_cast<int64_t>(c) * num_local];
-      counts[static_cast<int64_t>(c) * num_local] = run;
-      run += v;
+    for (int c0 = 0; c0 < p.num_chunks; c0 += kBatch) {
+      int v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        v[u] = c0 + u < p.num_chunks ? counts[static_cast<int64_t>(c0 + u) * num_local] : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (c0 + u < p.num_chunks) counts[static_cast<int64_t>(c0 + u) * num_local] = run;
+        run += v[u];
+      }
     }
     p.histogram[e] = run;
   }
