@@ -1,7 +1,6 @@
 #include "gpu/stepfun_gpu_case.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -11,7 +10,6 @@
 
 namespace cakemoe {
 namespace gpu_testbed {
-namespace ref = reference::stepfun;
 
 bool stepfun_full_matrix() {
   const char* v = std::getenv("CAKEMOE_GPU_MATRIX");
@@ -63,60 +61,6 @@ stepfun::MoeArgs device_args(const stepfun::MoeArgs& host, DevicePool& pool) {
   w.gemm2_weights_scale = pool.copy(host.gemm2_weights_scale);
   w.output2_scale_scalar = pool.copy(host.output2_scale_scalar);
   return device_args_with_weights(host, w, pool);
-}
-
-namespace {
-
-/// Rows {0, s, 2s, ...} of a row-major tensor (dim 0 = tokens); undefined stays undefined.
-Tensor take_rows(const Tensor& t, int64_t stride, int64_t count) {
-  if (!t.defined()) return t;
-  std::vector<int64_t> shape = t.view().sizes();
-  const size_t row_bytes = t.nbytes() / static_cast<size_t>(shape[0]);
-  shape[0] = count;
-  Tensor out = Tensor::empty(shape, t.dtype());
-  for (int64_t i = 0; i < count; ++i) {
-    std::memcpy(static_cast<char*>(out.data()) + i * row_bytes,
-                static_cast<const char*>(t.data()) + i * stride * row_bytes, row_bytes);
-  }
-  return out;
-}
-
-template <typename T>
-std::vector<T> take_rows(const std::vector<T>& v, int64_t row, int64_t stride, int64_t count) {
-  std::vector<T> out;
-  out.reserve(static_cast<size_t>(row * count));
-  for (int64_t i = 0; i < count; ++i) {
-    out.insert(out.end(), v.begin() + i * stride * row, v.begin() + (i * stride + 1) * row);
-  }
-  return out;
-}
-
-}  // namespace
-
-ref::LayerData sub_layer(const ref::LayerData& full, int64_t tokens) {
-  const int64_t t_full = full.config.num_tokens;
-  if (tokens == t_full) return full;
-  const int64_t s = t_full / tokens;
-  if (tokens <= 0 || s * tokens != t_full) {
-    std::fprintf(stderr, "sub_layer: %lld tokens do not divide %lld\n",
-                 static_cast<long long>(tokens), static_cast<long long>(t_full));
-    std::abort();
-  }
-  ref::LayerData d;
-  d.config = full.config;
-  d.config.num_tokens = tokens;
-  d.weights = full.weights;
-  d.activations.hidden_states = take_rows(full.activations.hidden_states, s, tokens);
-  d.activations.hidden_states_scale = take_rows(full.activations.hidden_states_scale, s, tokens);
-  d.activations.per_token_scale = take_rows(full.activations.per_token_scale, s, tokens);
-  d.routing_logits = take_rows(full.routing_logits, s, tokens);
-  d.topk_ids = take_rows(full.topk_ids, s, tokens);
-  d.topk_weights = take_rows(full.topk_weights, s, tokens);
-  const int64_t k = full.config.top_k, h = full.config.hidden;
-  d.oracle_ids = take_rows(full.oracle_ids, k, s, tokens);
-  d.oracle_weights = take_rows(full.oracle_weights, k, s, tokens);
-  d.oracle_output = take_rows(full.oracle_output, h, s, tokens);
-  return d;
 }
 
 HostTables cpu_routing(const stepfun::MoeArgs& host, int64_t tile) {

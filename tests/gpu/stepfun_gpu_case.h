@@ -1,6 +1,5 @@
-// Helpers of the StepFun GPU suite: device copies of a harness layer (spec §10.3), strided token
-// subsets of one prepared case (so one host oracle serves several T), the CPU routing reference of
-// a case, and byte comparisons that say where two buffers first differ.
+// Helpers of the StepFun GPU suite: device copies of a layer's arguments, the CPU routing
+// reference of a case, and byte comparisons that say where two buffers first differ.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +29,6 @@ stepfun::MoeArgs device_args(const stepfun::MoeArgs& host, DevicePool& pool);
 /// Only the per-T operands of `host` (activations, routing inputs) copied; weights from `weights`.
 stepfun::MoeArgs device_args_with_weights(const stepfun::MoeArgs& host,
                                           const stepfun::MoeArgs& weights, DevicePool& pool);
-
-/// The case restricted to tokens {0, s, 2s, ...} (s = T_full / tokens): weights shared, the
-/// oracle rows of those tokens. Token t of the subset sits at relative position t / tokens as in
-/// a fresh case of `tokens` tokens, so the routing regimes keep their shape (spec §10.3).
-reference::stepfun::LayerData sub_layer(const reference::stepfun::LayerData& full, int64_t tokens);
 
 /// The routing tables of the CPU reference for `host` (CPU tensors) at `tile`, sized as
 /// prepare_stepfun_moe sizes them (global E, spec §2.5), poisoned before routing.
