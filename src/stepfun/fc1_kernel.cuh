@@ -18,7 +18,7 @@
 
 namespace cakemoe {
 namespace stepfun {
-namespace gpu {
+namespace gemm_kernels {
 
 constexpr int kFeatures = 64;  ///< output features per FC1 CTA (spec §5.1 DECISION)
 
@@ -173,6 +173,6 @@ void launch_fc1(const Fc1Params& p, Stream stream) {
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace gpu
+}  // namespace gemm_kernels
 }  // namespace stepfun
 }  // namespace cakemoe

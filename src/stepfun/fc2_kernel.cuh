@@ -16,7 +16,7 @@
 
 namespace cakemoe {
 namespace stepfun {
-namespace gpu {
+namespace gemm_kernels {
 
 template <Family F, int TM>
 __global__ void __launch_bounds__(kThreads) fc2_kernel(const Fc2Params p) {
@@ -84,6 +84,6 @@ void launch_fc2(const Fc2Params& p, Stream stream) {
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace gpu
+}  // namespace gemm_kernels
 }  // namespace stepfun
 }  // namespace cakemoe

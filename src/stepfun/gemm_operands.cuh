@@ -13,7 +13,7 @@
 
 namespace cakemoe {
 namespace stepfun {
-namespace gpu {
+namespace gemm_kernels {
 
 /// Storage format of an operand (nvfp4_bf16tok stores nvfp4).
 enum class Fmt : uint8_t { kBF16, kFP8, kMXFP8, kNVFP4 };
@@ -122,6 +122,6 @@ __device__ __forceinline__ void load_weight8(const WeightOperand& w, int64_t row
   }
 }
 
-}  // namespace gpu
+}  // namespace gemm_kernels
 }  // namespace stepfun
 }  // namespace cakemoe

@@ -14,7 +14,7 @@
 
 namespace cakemoe {
 namespace stepfun {
-namespace gpu {
+namespace gemm_kernels {
 
 constexpr int kThreads = 256;
 constexpr int kBN = 128;  ///< weight rows (output columns) per CTA
@@ -113,6 +113,6 @@ __device__ __forceinline__ bool tile_rows(const GemmTileTables& t, int64_t num_e
   return true;
 }
 
-}  // namespace gpu
+}  // namespace gemm_kernels
 }  // namespace stepfun
 }  // namespace cakemoe

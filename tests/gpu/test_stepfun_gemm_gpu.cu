@@ -82,10 +82,12 @@ void check_fc1(const Case& c) {
   const int64_t rows = c.max_padded, inter = c.dims.inter;
   const StepFunWeights& w = c.weights.view;
   gpu_gemm::DeviceTables tables = gpu_gemm::upload_tables(c);
-  const Tensor hidden = upload(c.acts.hidden_states), hidden_sf = upload_opt(c.acts.hidden_states_scale);
+  const Tensor hidden = upload(c.acts.hidden_states);
+  const Tensor hidden_sf = upload_opt(c.acts.hidden_states_scale);
   const Tensor pts = upload_opt(c.acts.per_token_scale);
   const Tensor w1 = upload(w.gemm1_weights), w1_sf = upload_opt(w.gemm1_weights_scale);
-  const Tensor sc = upload_opt(w.output1_scale_scalar), sg = upload_opt(w.output1_scale_gate_scalar);
+  const Tensor sc = upload_opt(w.output1_scale_scalar);
+  const Tensor sg = upload_opt(w.output1_scale_gate_scalar);
   const Tensor cl = upload(w.gemm1_clamp_limit);
   const int64_t row_bytes = fc1_row_bytes(c.family, inter);
   const DType out_dtype = fc1_out_dtype(c.family);
@@ -164,7 +166,9 @@ void check_fc1(const Case& c) {
     }
   }
   int64_t sf_pad_written = 0;
-  for (size_t i = 0; i < got.scale.size(); ++i) sf_pad_written += !sf_valid[i] && got.scale[i] != 0xFF;
+  for (size_t i = 0; i < got.scale.size(); ++i) {
+    sf_pad_written += !sf_valid[i] && got.scale[i] != 0xFF;
+  }
   std::cout << "[fc1 " << name(c.family) << " I=" << inter << " tile=" << c.dims.tile << "] "
             << stats.summary() << "; SF bytes differing " << sf_differs << " (by > 1 code "
             << sf_far << ")\n";

@@ -126,7 +126,8 @@ TEST(StepfunGemmGpu, TimedAtSpecGeometryNvfp4) {
   const double fc2_ms = time_ms([&] { fc2.launch(nullptr); }, 5);
   CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
   const double pairs = double(t * k);
-  const double fc1_tflop = 2.0 * pairs * 2 * inter * h * 1e-12, fc2_tflop = 2.0 * pairs * h * inter * 1e-12;
+  const double fc1_tflop = 2.0 * pairs * 2 * inter * h * 1e-12;
+  const double fc2_tflop = 2.0 * pairs * h * inter * 1e-12;
   std::cout << "[timing nvfp4 T=" << t << " H=" << h << " I=" << inter << " E=" << e << " K=" << k
             << " tile=" << tile << "] fc1 " << fc1_ms << " ms (" << fc1_tflop / (fc1_ms * 1e-3)
             << " TFLOP/s), fc2 " << fc2_ms << " ms (" << fc2_tflop / (fc2_ms * 1e-3)

@@ -2,5 +2,8 @@
 #include "core/kernel_registry.h"
 #include "stepfun/fc1_kernel.cuh"
 
+namespace sfk = cakemoe::stepfun::gemm_kernels;
+using cakemoe::stepfun::Family;
+
 CAKEMOE_KERNEL_UNIT(stepfun_fc1_bf16, "stepfun", "fc1", "bf16", 0, "portable",
-                    &cakemoe::stepfun::gpu::launch_fc1<cakemoe::stepfun::Family::kBF16>)
+                    &sfk::launch_fc1<Family::kBF16>)

@@ -2,5 +2,8 @@
 #include "core/kernel_registry.h"
 #include "stepfun/fc1_kernel.cuh"
 
+namespace sfk = cakemoe::stepfun::gemm_kernels;
+using cakemoe::stepfun::Family;
+
 CAKEMOE_KERNEL_UNIT(stepfun_fc1_fp8, "stepfun", "fc1", "fp8", 0, "portable",
-                    &cakemoe::stepfun::gpu::launch_fc1<cakemoe::stepfun::Family::kFP8>)
+                    &sfk::launch_fc1<Family::kFP8>)

@@ -2,5 +2,8 @@
 #include "core/kernel_registry.h"
 #include "stepfun/fc1_kernel.cuh"
 
+namespace sfk = cakemoe::stepfun::gemm_kernels;
+using cakemoe::stepfun::Family;
+
 CAKEMOE_KERNEL_UNIT(stepfun_fc1_nvfp4_bf16tok, "stepfun", "fc1", "nvfp4_bf16tok", 0, "portable",
-                    &cakemoe::stepfun::gpu::launch_fc1<cakemoe::stepfun::Family::kNVFP4BF16Tok>)
+                    &sfk::launch_fc1<Family::kNVFP4BF16Tok>)

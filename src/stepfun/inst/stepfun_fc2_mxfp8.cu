@@ -2,5 +2,8 @@
 #include "core/kernel_registry.h"
 #include "stepfun/fc2_kernel.cuh"
 
+namespace sfk = cakemoe::stepfun::gemm_kernels;
+using cakemoe::stepfun::Family;
+
 CAKEMOE_KERNEL_UNIT(stepfun_fc2_mxfp8, "stepfun", "fc2", "mxfp8", 0, "portable",
-                    &cakemoe::stepfun::gpu::launch_fc2<cakemoe::stepfun::Family::kMXFP8>)
+                    &sfk::launch_fc2<Family::kMXFP8>)

@@ -2,5 +2,8 @@
 #include "core/kernel_registry.h"
 #include "stepfun/fc2_kernel.cuh"
 
+namespace sfk = cakemoe::stepfun::gemm_kernels;
+using cakemoe::stepfun::Family;
+
 CAKEMOE_KERNEL_UNIT(stepfun_fc2_nvfp4_bf16tok, "stepfun", "fc2", "nvfp4_bf16tok", 0, "portable",
-                    &cakemoe::stepfun::gpu::launch_fc2<cakemoe::stepfun::Family::kNVFP4BF16Tok>)
+                    &sfk::launch_fc2<Family::kNVFP4BF16Tok>)
