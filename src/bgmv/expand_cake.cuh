@@ -124,6 +124,20 @@ CAKEMOE_DEVICE void expand_serial_scan(const CakeParams& p, int64_t t, int64_t l
   }
 }
 
+/// While the shrink still runs (PDL), pulls this column's B rows of the contiguous routes 2t,
+/// 2t+1 into L2. Reads inputs only (ids, experts, weights), never shrink outputs.
+template <int kRank>
+CAKEMOE_DEVICE void prefetch_contiguous_b(const CakeParams& p, int64_t t, int64_t l,
+                                          int64_t col) {
+  if (l < 0 || col >= p.H || p.P != 2 * p.T) return;
+  const uint16_t* lora_b = static_cast<const uint16_t*>(p.lora_b);
+  for (int64_t pair = 2 * t; pair < 2 * t + 2; ++pair) {
+    if (p.sorted_token_ids[pair] != t) continue;
+    const uint16_t* row = lora_b + ((l * p.E + p.expert_ids[pair]) * p.H + col) * kRank;
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row));
+  }
+}
+
 template <bool kFp16, int kRank, int kCols>
 __global__ void __launch_bounds__(kCols) cake_expand_kernel(const CakeParams p) {
   constexpr int kGroups = kRank / 8;
@@ -132,6 +146,7 @@ __global__ void __launch_bounds__(kCols) cake_expand_kernel(const CakeParams p) 
   const int64_t t = blockIdx.x;
   const int64_t col = static_cast<int64_t>(blockIdx.y) * kCols + tid;
   const int64_t l = p.lora_indices[t];  // an input: safe to read before the dependency wait
+  if (p.pdl_mode != 0) prefetch_contiguous_b<kRank>(p, t, l, col);
   pdl_wait();
   const RouteIndex ri{p.route_index, p.T};
   uint32_t parity = 0, count = 0, launch = 0;
