@@ -158,6 +158,7 @@ __global__ void __launch_bounds__(kThreads) fc1_kernel(const Fc1Params p) {
   }
 }
 
+#if defined(__CUDACC__)
 /// The launcher of a family (Fc1Launcher): grid (max_ctas token tiles, I/64 feature blocks).
 template <Family F>
 void launch_fc1(const Fc1Params& p, Stream stream) {
@@ -172,6 +173,7 @@ void launch_fc1(const Fc1Params& p, Stream stream) {
   }
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
+#endif  // __CUDACC__: launches need nvcc
 
 }  // namespace gemm_kernels
 }  // namespace stepfun

@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(kThreads) fc2_kernel(const Fc2Params p) {
   }
 }
 
+#if defined(__CUDACC__)
 /// The launcher of a family (Fc2Launcher): grid (max_ctas token tiles, ceil(H/128) column blocks).
 template <Family F>
 void launch_fc2(const Fc2Params& p, Stream stream) {
@@ -83,6 +84,7 @@ void launch_fc2(const Fc2Params& p, Stream stream) {
   }
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
+#endif  // __CUDACC__: launches need nvcc
 
 }  // namespace gemm_kernels
 }  // namespace stepfun
