@@ -34,7 +34,7 @@ class DeviceBuffer {
  public:
   explicit DeviceBuffer(size_t n) : size_(n) {
     CAKEMOE_CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
-    CAKEMOE_CUDA_CHECK(cudaMemset(ptr_, 0xFF, bytes()));
+    fill(0xFF);
   }
   explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
   ~DeviceBuffer() { cudaFree(ptr_); }
@@ -47,6 +47,9 @@ class DeviceBuffer {
   void upload(const std::vector<T>& host) {
     CAKEMOE_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T),
                                   cudaMemcpyHostToDevice));
+    // NOTE: the kernels run on a non-blocking stream, which does not order after the legacy
+    // default stream; a device-wide sync makes the copy (and fill below) visible to them.
+    CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::vector<T> download() const {
     std::vector<T> host(size_);
@@ -54,7 +57,10 @@ class DeviceBuffer {
     CAKEMOE_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
     return host;
   }
-  void fill(int byte) { CAKEMOE_CUDA_CHECK(cudaMemset(ptr_, byte, bytes())); }
+  void fill(int byte) {
+    CAKEMOE_CUDA_CHECK(cudaMemset(ptr_, byte, bytes()));
+    CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  }
 
  private:
   T* ptr_ = nullptr;
@@ -194,6 +200,7 @@ class CakeRun {
     launch_cake_shrink(p_, stream_);
     launch_cake_expand(p_, stream_);
   }
+  cudaStream_t stream() const { return stream_; }
   void sync() { CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   void upload_x(const std::vector<uint16_t>& x) { x_.upload(x); }
   std::vector<uint16_t> shrink_out() const { return shrink_.download(); }

@@ -82,7 +82,7 @@ void check_cake(const bgmv_test::Case& c, const LaunchConfig& cfg, int runs, con
   check_runs(run, c, cfg, runs, 0, label);
 }
 
-// ---- Route index layout --------------------------------------------------------------------------
+// ---- Route index layout -------------------------------------------------------------------------
 
 TEST(BgmvKernelsGpu, RouteIndexLayoutMatchesDeviceOffsets) {
   // src/bgmv/route_index.cuh hard-codes these offsets; bgrun allocates with route_index_layout.
@@ -98,7 +98,7 @@ TEST(BgmvKernelsGpu, RouteIndexLayoutMatchesDeviceOffsets) {
   }
 }
 
-// ---- §11.2 generic matrix ------------------------------------------------------------------------
+// ---- §11.2 generic matrix -----------------------------------------------------------------------
 
 struct MatrixCase {
   int64_t hidden, rank, tokens;
@@ -160,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(
                       MatrixCase{4096, 32, 16, DType::kFP16, true, 2}),
     matrix_name);
 
-// ---- Launch variants -----------------------------------------------------------------------------
+// ---- Launch variants ----------------------------------------------------------------------------
 
 TEST(BgmvKernelsGpu, EveryFormSplitScheduleAndPdlModeIsBitwiseExact) {
   CAKEMOE_REQUIRE_GPU();
@@ -221,7 +221,47 @@ TEST(BgmvKernelsGpu, ExpertSortedRoutes) {
   }
 }
 
-// ---- Route-index corner cases --------------------------------------------------------------------
+TEST(BgmvKernelsGpu, CapturedGraphReplaysAreBitwiseExact) {
+  CAKEMOE_REQUIRE_GPU();
+  // The plan captures shrink + expand (PDL edge, opt-in shared memory) into a CUDA graph.
+  CaseSpec spec;
+  spec.dtype = DType::kFP16;
+  spec.tokens = 9;
+  spec.hidden = 2560;
+  spec.rank = 64;
+  spec.top_k = 3;
+  spec.order = PairOrder::kExpertSorted;
+  spec.seed = 61;
+  const bgmv_test::Case c = bgmv_test::make_case(spec);
+  for (int pdl : {1, 2}) {
+    LaunchConfig cfg;
+    cfg.form = 2;
+    cfg.splits = 3;
+    cfg.pdl = pdl;
+    CakeRun run(c, cfg);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CAKEMOE_CUDA_CHECK(cudaStreamBeginCapture(run.stream(), cudaStreamCaptureModeGlobal));
+    run.launch();
+    CAKEMOE_CUDA_CHECK(cudaStreamEndCapture(run.stream(), &graph));
+    CAKEMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const Expected want = expected(c, cfg.splits, run.stride(), kCanary);
+    for (int i = 0; i < 8; ++i) {
+      SCOPED_TRACE("pdl " + std::to_string(pdl) + " replay " + std::to_string(i));
+      run.poison_outputs();
+      CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, run.stream()));
+      run.sync();
+      ASSERT_TRUE(same_u16(run.shrink_out(), want.shrink, spec.rank, spec.dtype, "shrink_out"));
+      ASSERT_TRUE(same_rows(run.y(), want.y, spec.tokens, spec.hidden, run.stride(), kCanary,
+                            "y"));
+    }
+    EXPECT_EQ(run.route_words()[0], 8u) << "launch counter after 8 replays";
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
+// ---- Route-index corner cases -------------------------------------------------------------------
 
 TEST(BgmvKernelsGpu, PaddingPairsNoLoraTokensAndExtraRoutes) {
   CAKEMOE_REQUIRE_GPU();
@@ -274,7 +314,7 @@ TEST(BgmvKernelsGpu, MoreThanSixteenRoutesUseTheSerialScan) {
   check_cake(c, LaunchConfig{}, 8, "serial scan");
 }
 
-// ---- Portable fallback ---------------------------------------------------------------------------
+// ---- Portable fallback --------------------------------------------------------------------------
 
 struct PortableCase {
   DType dtype;
@@ -334,12 +374,25 @@ void check_portable(const PortableCase& pc) {
   reference::bgmv::run(problem, {}, want_shrink.data(), want_y.data(), width);
   const std::vector<double> oracle = reference::bgmv::oracle_y(problem, true);
   const std::vector<double> want(want_y.begin(), want_y.end());
-  for (int i = 0; i < 3; ++i) {
+  // Runs 0 and 1 launch directly; runs 2 and 3 replay a captured graph (memsets included).
+  cudaStream_t stream = nullptr;
+  CAKEMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CAKEMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  launch_portable(p, stream);
+  CAKEMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CAKEMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 4; ++i) {
     SCOPED_TRACE("run " + std::to_string(i));
     shrink.fill(0xFF);  // launch_portable must zero both outputs itself
     y.fill(0xFF);
-    launch_portable(p, nullptr);
-    CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    if (i < 2) {
+      launch_portable(p, stream);
+    } else {
+      CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    }
+    CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     // The shrink follows the canonical order with one split: bitwise equal.
     ASSERT_TRUE(same_u16(shrink.download(), want_shrink, pc.rank, pc.dtype, "portable shrink"));
     const std::vector<float> got_f = y.download();
@@ -360,6 +413,9 @@ void check_portable(const PortableCase& pc) {
       }
     }
   }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 TEST(BgmvKernelsGpu, PortableTwoSlicesRank12Hidden2052) {
