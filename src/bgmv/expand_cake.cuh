@@ -124,8 +124,8 @@ CAKEMOE_DEVICE void expand_serial_scan(const CakeParams& p, int64_t t, int64_t l
   }
 }
 
-/// While the shrink still runs (PDL), pulls this column's B rows of the contiguous routes 2t,
-/// 2t+1 into L2. Reads inputs only (ids, experts, weights), never shrink outputs.
+/// Pulls this column's B rows of the contiguous routes 2t, 2t+1 into L2 while the shrink still
+/// runs (PDL) or while thread 0 discovers the routes. Reads inputs only, never shrink outputs.
 template <int kRank>
 CAKEMOE_DEVICE void prefetch_contiguous_b(const CakeParams& p, int64_t t, int64_t l,
                                           int64_t col) {
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kCols) cake_expand_kernel(const CakeParams p) 
   const int64_t t = blockIdx.x;
   const int64_t col = static_cast<int64_t>(blockIdx.y) * kCols + tid;
   const int64_t l = p.lora_indices[t];  // an input: safe to read before the dependency wait
-  if (p.pdl_mode != 0) prefetch_contiguous_b<kRank>(p, t, l, col);
+  prefetch_contiguous_b<kRank>(p, t, l, col);
   pdl_wait();
   const RouteIndex ri{p.route_index, p.T};
   uint32_t parity = 0, count = 0, launch = 0;
