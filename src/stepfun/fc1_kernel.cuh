@@ -88,7 +88,7 @@ __device__ __forceinline__ void store_features(const Fc1Params& p, int64_t row, 
 }
 
 template <Family F, int TM>
-__global__ void __launch_bounds__(kThreads) fc1_kernel(const Fc1Params p) {
+__global__ void __launch_bounds__(kThreads, 2) fc1_kernel(const Fc1Params p) {
   constexpr Fmt kFmt = fmt_of(F);
   using T = Tile<TM>;
   constexpr bool kScalars = F == Family::kNVFP4 || F == Family::kNVFP4BF16Tok || F == Family::kFP8;

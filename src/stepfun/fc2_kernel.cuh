@@ -19,7 +19,7 @@ namespace stepfun {
 namespace gemm_kernels {
 
 template <Family F, int TM>
-__global__ void __launch_bounds__(kThreads) fc2_kernel(const Fc2Params p) {
+__global__ void __launch_bounds__(kThreads, 2) fc2_kernel(const Fc2Params p) {
   constexpr Fmt kFmt = fmt_of(F);
   using T = Tile<TM>;
   constexpr bool kScalars = F == Family::kNVFP4 || F == Family::kNVFP4BF16Tok || F == Family::kFP8;

@@ -49,40 +49,53 @@ __device__ __forceinline__ void unpack_e4m3x8(uint2 v, float* out) {
   }
 }
 
-/// Elements [k0, k0 + 8) of row `row` (k0 % 8 == 0) in accumulator units.
+/// The raw bytes of 8 consecutive K elements (bf16: 16 bytes, e4m3: 8, e2m1: 4) and their block
+/// scale byte: fetched one K step ahead, decoded after the current step's math.
+struct Raw8 {
+  uint4 bits;
+  uint8_t sf;
+};
+
+/// Elements [k0, k0 + 8) of row `row` (k0 % 8 == 0), raw.
 template <Fmt F>
-__device__ __forceinline__ void load_row8(const RowOperand& op, int64_t row, int64_t k0,
-                                         float* out) {
+__device__ __forceinline__ Raw8 fetch_row8(const RowOperand& op, int64_t row, int64_t k0) {
+  Raw8 r{};
   if constexpr (F == Fmt::kBF16) {
-    const auto* p = reinterpret_cast<const uint4*>(op.data + (row * op.cols + k0) * 2);
-    unpack_bf16x8(__ldg(p), out);
+    r.bits = __ldg(reinterpret_cast<const uint4*>(op.data + (row * op.cols + k0) * 2));
   } else if constexpr (F == Fmt::kFP8 || F == Fmt::kMXFP8) {
-    unpack_e4m3x8(__ldg(reinterpret_cast<const uint2*>(op.data + row * op.cols + k0)), out);
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(op.data + row * op.cols + k0));
+    r.bits.x = v.x;
+    r.bits.y = v.y;
     if constexpr (F == Fmt::kMXFP8) {
-      const int64_t num_sf_cols = op.cols / 32;
-      const float s = formats::ue8m0_to_float(
-          op.scale[formats::sf_offset(op.layout, row, k0 / 32, num_sf_cols)]);
+      r.sf = op.scale[formats::sf_offset(op.layout, row, k0 / 32, op.cols / 32)];
+    }
+  } else {
+    r.bits.x = __ldg(reinterpret_cast<const uint32_t*>(op.data + (row * op.cols + k0) / 2));
+    r.sf = op.scale[formats::sf_offset(op.layout, row, k0 / 16, op.cols / 16)];
+  }
+  return r;
+}
+
+/// Raw8 -> 8 values in accumulator units (the CPU readers' arithmetic). Raw8{} decodes to zeros.
+template <Fmt F>
+__device__ __forceinline__ void decode8(const Raw8& r, float* out) {
+  if constexpr (F == Fmt::kBF16) {
+    unpack_bf16x8(r.bits, out);
+  } else if constexpr (F == Fmt::kFP8 || F == Fmt::kMXFP8) {
+    unpack_e4m3x8(make_uint2(r.bits.x, r.bits.y), out);
+    if constexpr (F == Fmt::kMXFP8) {
+      const float s = formats::ue8m0_to_float(r.sf);
       for (int i = 0; i < 8; ++i) out[i] = formats::mul_rn(out[i], s);
     }
   } else {
     // NOTE: spec §4.1: element 2i in the low nibble, so nibble i of the little-endian word is
     // element i.
-    const uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(op.data + (row * op.cols + k0) / 2));
-    const int64_t num_sf_cols = op.cols / 16;
-    const float sf = formats::e4m3_to_float(
-        op.scale[formats::sf_offset(op.layout, row, k0 / 16, num_sf_cols)]);
+    const float sf = formats::e4m3_to_float(r.sf);
     for (int i = 0; i < 8; ++i) {
-      out[i] = formats::mul_rn(formats::e2m1_to_float(static_cast<uint8_t>(w >> (4 * i))), sf);
+      out[i] = formats::mul_rn(
+          formats::e2m1_to_float(static_cast<uint8_t>(r.bits.x >> (4 * i))), sf);
     }
   }
-}
-
-/// Elements [k0, k0 + 8) of physical row `row` of one expert's BlockMajorK bf16 weight
-/// [K/64, rows, 64] (spec §4.4 (d)).
-__device__ __forceinline__ void load_block_major8(const uint16_t* expert_base, int64_t rows,
-                                                  int64_t row, int64_t k0, float* out) {
-  const uint16_t* p = expert_base + formats::block_major_k_offset(row, k0, rows);
-  unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(p)), out);
 }
 
 /// One expert of a physical weight view: [rows, K] in `F`'s storage.
@@ -110,15 +123,19 @@ __device__ __forceinline__ WeightOperand weight_of_expert(const void* data, cons
   return w;
 }
 
-/// Elements [k0, k0 + 8) of physical row `row` of a weight operand.
+/// Elements [k0, k0 + 8) of physical row `row` of a weight operand, raw. bf16 weights are
+/// BlockMajorK [K/64, rows, 64] (spec §4.4 (d)); the others row-major with 128x4 scales (§4.4 (c)).
 template <Fmt F>
-__device__ __forceinline__ void load_weight8(const WeightOperand& w, int64_t row, int64_t k0,
-                                             float* out) {
+__device__ __forceinline__ Raw8 fetch_weight8(const WeightOperand& w, int64_t row, int64_t k0) {
   if constexpr (F == Fmt::kBF16) {
-    load_block_major8(reinterpret_cast<const uint16_t*>(w.data), w.rows, row, k0, out);
+    Raw8 r{};
+    const auto* base = reinterpret_cast<const uint16_t*>(w.data);
+    r.bits = __ldg(reinterpret_cast<const uint4*>(
+        base + formats::block_major_k_offset(row, k0, w.rows)));
+    return r;
   } else {
     const RowOperand op{w.data, w.scale, SfLayout::kR128C4, w.cols};
-    load_row8<F>(op, row, k0, out);
+    return fetch_row8<F>(op, row, k0);
   }
 }
 

@@ -1,7 +1,7 @@
 // The SIMT fp32 tile shared by the FC1 and FC2 kernels: a CTA of 256 threads computes a chunk of
 // BM = 8*TM token rows x 128 weight rows. Each K step (32 elements) decodes the gathered A rows and
 // the 128 weight rows into shared memory in accumulator units (exact in fp32), then every thread
-// accumulates TM rows x 4 columns with fmaf. Weight rows are stored at their logical column
+// accumulates TM rows x 4 columns with fmaf while the next step's raw bytes load into registers. Weight rows are stored at their logical column
 // (`slot`), so accumulator column c is logical output c of the CTA.
 #pragma once
 
@@ -51,32 +51,53 @@ __device__ __forceinline__ void gemm_chunk(const RowOperand& a, const int32_t* r
   const int tid = threadIdx.x, tx = tid % 32, ty = tid / 32;
   for (int i = 0; i < TM; ++i)
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-  const int64_t k_total = a.cols;
-  for (int64_t k0 = 0; k0 < k_total; k0 += kBK) {
-    // Row index fastest: consecutive lanes store consecutive words (no bank conflicts).
-    for (int idx = tid; idx < T::kBM * (kBK / 8); idx += kThreads) {
+  constexpr int kAItems = (T::kBM * (kBK / 8) + kThreads - 1) / kThreads;
+  constexpr int kBItems = kBN * (kBK / 8) / kThreads;
+  // Items of 8 K elements. A: row index fastest, so consecutive lanes store consecutive words
+  // (no bank conflicts); B: weight row fastest.
+  Raw8 ra[kAItems], rb[kBItems];
+  auto fetch = [&](int64_t k0) {
+#pragma unroll
+    for (int it = 0; it < kAItems; ++it) {
+      const int idx = tid + it * kThreads;
       const int r = idx % T::kBM, g = idx / T::kBM;
-      float v[8];
-      const int32_t src = row_src[r];
-      if (src >= 0) {
-        load_row8<FA>(a, src, k0 + g * 8, v);
-      } else {
-        for (int i = 0; i < 8; ++i) v[i] = 0.0f;
-      }
-      for (int i = 0; i < 8; ++i) as[(g * 8 + i) * T::kAStride + r] = v[i];
+      const int32_t src = idx < T::kBM * (kBK / 8) ? row_src[r] : -1;
+      ra[it] = src >= 0 ? fetch_row8<FA>(a, src, k0 + g * 8) : Raw8{};
     }
-    for (int idx = tid; idx < kBN * (kBK / 8); idx += kThreads) {
+#pragma unroll
+    for (int it = 0; it < kBItems; ++it) {
+      const int idx = tid + it * kThreads;
       const int j = idx % kBN, g = idx / kBN;
-      float v[8];
-      if (j < w_rows_valid) {
-        load_weight8<FW>(w, w_row0 + j, k0 + g * 8, v);
-      } else {
-        for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+      rb[it] = j < w_rows_valid ? fetch_weight8<FW>(w, w_row0 + j, k0 + g * 8) : Raw8{};
+    }
+  };
+  auto store = [&]() {
+    float v[8];
+#pragma unroll
+    for (int it = 0; it < kAItems; ++it) {
+      const int idx = tid + it * kThreads;
+      if (idx < T::kBM * (kBK / 8)) {
+        const int r = idx % T::kBM, g = idx / T::kBM;
+        decode8<FA>(ra[it], v);
+        for (int i = 0; i < 8; ++i) as[(g * 8 + i) * T::kAStride + r] = v[i];
       }
+    }
+#pragma unroll
+    for (int it = 0; it < kBItems; ++it) {
+      const int idx = tid + it * kThreads;
+      const int j = idx % kBN, g = idx / kBN;
+      decode8<FW>(rb[it], v);
       const int s = slot[j];
       for (int i = 0; i < 8; ++i) bs[(g * 8 + i) * kBStride + s] = v[i];
     }
+  };
+  const int64_t k_total = a.cols;
+  fetch(0);
+  for (int64_t k0 = 0; k0 < k_total; k0 += kBK) {
+    store();
     __syncthreads();
+    // The next step's global loads are in flight during this step's math.
+    if (k0 + kBK < k_total) fetch(k0 + kBK);
 #pragma unroll 8
     for (int kk = 0; kk < kBK; ++kk) {
       const float4 b = *reinterpret_cast<const float4*>(bs + kk * kBStride + tx * 4);
