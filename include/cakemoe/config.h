@@ -81,7 +81,14 @@ struct ExpertConfig {
 };
 
 /// Activations of the unified API. Only SwiGLUStep is served (spec §3).
-enum class ActivationType : uint8_t { kSwiGLUStep, kSwiGLU, kSwiGLUBias, kGeGLU, kReLU2, kIdentity };
+enum class ActivationType : uint8_t {
+  kSwiGLUStep,
+  kSwiGLU,
+  kSwiGLUBias,
+  kGeGLU,
+  kReLU2,
+  kIdentity,
+};
 const char* activation_name(ActivationType type);
 
 struct Activation {

@@ -110,7 +110,8 @@ bool CakeStepFunConfig::supported(int compute_capability) {
 Family family_of(const QuantConfig& q) {
   const std::string pair =
       std::string(quant_format_name(q.weights)) + "x" + quant_format_name(q.activations);
-  require_supported(q.weights == q.activations, "quant", std::string(kQuantPairs) + "; got " + pair);
+  require_supported(q.weights == q.activations, "quant",
+                    std::string(kQuantPairs) + "; got " + pair);
   require_supported(!q.per_token_scale || q.weights == QuantFormat::kNVFP4, "quant",
                     "per_token_scale is only defined for NVFP4xNVFP4; got " + pair);
   switch (q.weights) {

@@ -157,7 +157,9 @@ MatrixCase make_matrix_case(const MatrixWeights& w, ref::RoutingRegime regime, i
   if (act.hidden_states_scale.defined()) {
     sub.hidden_states_scale = gather_rows(act.hidden_states_scale, c.checked);
   }
-  if (act.per_token_scale.defined()) sub.per_token_scale = gather_rows(act.per_token_scale, c.checked);
+  if (act.per_token_scale.defined()) {
+    sub.per_token_scale = gather_rows(act.per_token_scale, c.checked);
+  }
   std::vector<int32_t> sub_ids;
   std::vector<float> sub_weights;
   for (int64_t t : c.checked) {
