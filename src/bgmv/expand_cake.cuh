@@ -33,13 +33,11 @@ struct ExpandShared {
 
 /// Thread 0: the routes of token t from the route index (§3.3 steps 1-2), ascending in shared
 /// memory; kSerialScan when more than 16 were published.
+/// `at0` / `at1`: pair 2t / 2t+1 holds t with P == 2T (implicit, never published).
 template <int kRank, int kCols>
-CAKEMOE_DEVICE void find_routes(const CakeParams& p, int64_t t, uint32_t published,
-                                ExpandShared<kRank, kCols>& sh) {
+CAKEMOE_DEVICE void find_routes(const CakeParams& p, int64_t t, uint32_t published, bool at0,
+                                bool at1, ExpandShared<kRank, kCols>& sh) {
   const RouteIndex ri{p.route_index, p.T};
-  const bool top2 = p.P == 2 * p.T;
-  const bool at0 = top2 && p.sorted_token_ids[2 * t] == t;
-  const bool at1 = top2 && p.sorted_token_ids[2 * t + 1] == t;
   // NOTE: the contiguous fast path also needs an empty published list: with P == 2T a token may
   // sit at 2t, 2t+1 and still own a route elsewhere (another token then owns fewer).
   if (published > static_cast<uint32_t>(kSlotsPerToken)) {
@@ -145,18 +143,31 @@ __global__ void __launch_bounds__(kCols) cake_expand_kernel(const CakeParams p) 
   const int tid = threadIdx.x;
   const int64_t t = blockIdx.x;
   const int64_t col = static_cast<int64_t>(blockIdx.y) * kCols + tid;
-  const int64_t l = p.lora_indices[t];  // an input: safe to read before the dependency wait
+  // Inputs only before the dependency wait: LoRA, implicit positions, B prefetch.
+  const int64_t l = p.lora_indices[t];
   prefetch_contiguous_b<kRank>(p, t, l, col);
+  const bool top2 = p.P == 2 * p.T;
+  bool at0 = false, at1 = false;
+  if (tid == 0 && top2) {
+    at0 = p.sorted_token_ids[2 * t] == t;
+    at1 = p.sorted_token_ids[2 * t + 1] == t;
+  }
   pdl_wait();
   const RouteIndex ri{p.route_index, p.T};
   uint32_t parity = 0, count = 0, launch = 0;
   if (tid == 0) {
+    // Independent loads, one round trip: both bases, then pick by parity.
+    // NOTE: base_{1-parity} may be being rewritten by column block 0 of this token; its value is
+    // discarded, only base_parity (stable during this launch) is used.
     parity = load_word(ri.parity()) & 1u;
     count = load_word(ri.count(t));
+    const uint32_t base_even = load_word(ri.base(t, 0));
+    const uint32_t base_odd = load_word(ri.base(t, 1));
     if (t == 0 && blockIdx.y == 0) launch = load_word(ri.launch_counter());
     sh.count = 0;
     sh.mode = kNoRoutes;
-    if (l >= 0) find_routes<kRank, kCols>(p, t, count - load_word(ri.base(t, parity)), sh);
+    const uint32_t published = count - (parity != 0 ? base_odd : base_even);
+    if (l >= 0) find_routes<kRank, kCols>(p, t, published, at0, at1, sh);
   }
   __syncthreads();
   float acc[kGroups];
