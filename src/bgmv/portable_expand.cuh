@@ -23,7 +23,8 @@ constexpr int kPortableCols = 128;
 constexpr int kPortableMaxGroups = static_cast<int>(kPortableMaxRank / 8);
 
 template <bool kFp16>
-__global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const PortableParams p) {
+__global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const PortableParams p,
+                                                                        bool vec) {
   __shared__ float s_row[kPortableMaxRank];
   const int64_t pair = blockIdx.x;
   const int s = blockIdx.z;
@@ -45,7 +46,12 @@ __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const Po
   float v[kPortableMaxGroups];
   for (int g = 0; g < lanes; ++g) {
     float part = 0.0f;
-    if (g < groups) {
+    if (g < groups && vec) {  // R % 8 == 0 and 16-byte aligned rows: one vector per group
+      float bf[8];
+      unpack8<kFp16>(*reinterpret_cast<const uint4*>(b_row + 8 * g), bf);
+      for (int i = 0; i < 8; ++i) part = fmaf(s_row[8 * g + i], bf[i], part);
+      part = fmaf(part, w, 0.0f);
+    } else if (g < groups) {
       const int64_t end = min(static_cast<int64_t>(8 * g + 8), p.R);
       for (int64_t r = 8 * g; r < end; ++r) part = fmaf(s_row[r], widen<kFp16>(b_row[r]), part);
       part = fmaf(part, w, 0.0f);
@@ -64,11 +70,15 @@ inline void launch_portable_expand_unit(const PortableParams& p, void* stream) {
   const dim3 grid(static_cast<unsigned>(p.P),
                   static_cast<unsigned>((p.F + kPortableCols - 1) / kPortableCols),
                   static_cast<unsigned>(p.S));
-  const auto s = static_cast<cudaStream_t>(stream);
+  bool vec = p.R % 8 == 0;
+  for (int s = 0; s < p.S; ++s) {
+    vec = vec && reinterpret_cast<uintptr_t>(p.lora_b[s]) % 16 == 0;
+  }
+  const auto stream_handle = static_cast<cudaStream_t>(stream);
   if (p.dtype == 1) {
-    portable_expand_kernel<true><<<grid, kPortableCols, 0, s>>>(p);
+    portable_expand_kernel<true><<<grid, kPortableCols, 0, stream_handle>>>(p, vec);
   } else {
-    portable_expand_kernel<false><<<grid, kPortableCols, 0, s>>>(p);
+    portable_expand_kernel<false><<<grid, kPortableCols, 0, stream_handle>>>(p, vec);
   }
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
