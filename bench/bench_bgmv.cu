@@ -6,7 +6,7 @@
 //
 // --quick: H 3072 only (plus the 4-LoRA comparison rows). The default matrix is hidden {2688,
 // 3072, 4096} x rank {16, 32, 64} x T {1 .. 2048} x top-k {2, 6, 8}, 8 LoRAs x 128 experts; it
-// stops early (and says so) when the time budget (default 170 s) runs out. --benchmark_out
+// stops early (and says so) when the time budget (default 150 s) runs out. --benchmark_out
 // (passed by scripts/gpu-check.sh) receives a small JSON copy of the table.
 #include <cuda_runtime.h>
 
@@ -211,7 +211,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows) {
 
 int run(int argc, char** argv) {
   bool quick = false;
-  double budget_s = 170;
+  double budget_s = 150;
   std::string json;
   Bench bench;
   for (int i = 1; i < argc; ++i) {
