@@ -269,6 +269,14 @@ TEST_P(StepFunStagesSmall, StagesMatchCpuReferenceAndPreparedLayer) {
     EXPECT_EQ(outs[0].shape[1], h);
     expect_same(outs[1], hf.expert_weights, "do_finalize=false expert_weights");
     expect_same(outs[2], cpu.expanded_idx_to_permuted_idx, "do_finalize=false e2p");
+    // ... and the same case through the CPU backend's whole layer.
+    MoeArgs host_partial = host;
+    host_partial.do_finalize = false;
+    host_partial.plan = p.plan();  // same tile (the CPU backend ignores the kernel names)
+    const std::vector<Tensor> cpu_outs = stepfun_moe(host_partial);
+    ASSERT_EQ(cpu_outs.size(), 3u);
+    expect_same(outs[1], cpu_outs[1], "do_finalize=false expert_weights vs CPU backend");
+    expect_same(outs[2], cpu_outs[2], "do_finalize=false e2p vs CPU backend");
     const Tensor rows = host_copy(outs[0]);
     const int32_t* e2p = cpu.expanded_idx_to_permuted_idx.ptr<int32_t>();
     for (int64_t i = 0; i < t * d.config.top_k; ++i) {
