@@ -59,6 +59,35 @@ TEST(BgmvPlanGpuRouting, SmallPaddingExtraRouteAndNoLora) {
   }
 }
 
+// spec §10 rule 12 on device tensors: prepare copies the index tensors to the host and checks
+// them before anything is allocated or written.
+TEST(BgmvPlanGpuRouting, SmallPrepareChecksDeviceIndexRanges) {
+  CAKEMOE_REQUIRE_GPU();
+  Case c = bgmv_test::make_case(small_spec(DType::kBF16, 18));
+  const auto expect_invalid = [](GpuCase& g, const std::string& argument) {
+    try {
+      g.prepare_gpu();
+      FAIL() << "expected InvalidArgument naming " << argument;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  };
+  Case bad_expert = c;
+  bad_expert.expert_ids[3] = bad_expert.spec.experts;
+  GpuCase g1(bad_expert);
+  expect_invalid(g1, "expert_ids");
+  Case bad_lora = c;
+  bad_lora.lora_indices[1] = bad_lora.spec.loras;
+  GpuCase g2(bad_lora);
+  expect_invalid(g2, "lora_indices");
+  GpuCase ok(c);
+  EXPECT_EQ(ok.prepare_gpu().backend_used(), "cake");
+  // x on the host with the rest on the device: rule 10.
+  EXPECT_THROW(bgmv::prepare_bgmv_moe(ok.host.x_view(), ok.views(ok.a), ok.views(ok.b), ok.sorted,
+                                      ok.experts, ok.loras, ok.weights, c.spec.experts),
+               InvalidArgument);
+}
+
 TEST(BgmvPlanGpuRouting, RouteIndexCountersAfterFourRuns) {
   CAKEMOE_REQUIRE_GPU();
   GpuCase g(bgmv_test::make_case(small_spec(DType::kBF16, 13)));
