@@ -240,7 +240,9 @@ int run(int argc, char** argv) {
   for (int64_t h : hiddens) {
     for (int64_t r : {16, 32, 64}) {
       for (int64_t k : {2, 6, 8}) {
-        for (int64_t t : {1, 4, 8, 32, 256, 512, 1024, 2048}) shapes.push_back({h, r, t, k, 8, 128});
+        for (int64_t t : {1, 4, 8, 32, 256, 512, 1024, 2048}) {
+          shapes.push_back({h, r, t, k, 8, 128});
+        }
       }
     }
   }
