@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bgmv_kernels_gpu.h"
+#include "cakemoe/errors.h"
 #include "gpu/gpu_testbed.h"
 
 namespace cakemoe {
@@ -96,6 +97,34 @@ TEST(BgmvKernelsGpu, RouteIndexLayoutMatchesDeviceOffsets) {
     EXPECT_EQ(l.split_counters, 4 + 19 * t + 8 * 128 * 64);
     EXPECT_EQ(l.total_words, 4 + 19 * t + 8 * 128 * 64 + 128 * 8);
   }
+}
+
+TEST(BgmvKernelsGpu, LaunchersRejectWhatNoUnitImplements) {
+  // Checked on the host before any CUDA call, so no device is needed.
+  CakeParams p;
+  p.T = 4;
+  p.H = 1024;
+  p.P = 8;
+  p.R = 12;
+  EXPECT_THROW(launch_cake_shrink(p, nullptr), InvalidArgument);
+  EXPECT_THROW(launch_cake_expand(p, nullptr), InvalidArgument);
+  p.R = 32;
+  p.form = 1;  // the decode form is never built
+  EXPECT_THROW(launch_cake_shrink(p, nullptr), Unsupported);
+  p.form = 0;
+  p.splits = 2;
+  p.P = 129;  // the split-K region holds 128 pairs
+  EXPECT_THROW(launch_cake_shrink(p, nullptr), InvalidArgument);
+  p.schedule_id = 2;
+  EXPECT_THROW(launch_cake_expand(p, nullptr), Unsupported);
+  p.dtype = 2;
+  EXPECT_THROW(launch_cake_shrink(p, nullptr), InvalidArgument);
+  PortableParams q;
+  q.R = 129;
+  EXPECT_THROW(launch_portable(q, nullptr), InvalidArgument);
+  q.R = 8;
+  q.S = 9;
+  EXPECT_THROW(launch_portable(q, nullptr), InvalidArgument);
 }
 
 // ---- §11.2 generic matrix -----------------------------------------------------------------------
