@@ -43,9 +43,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 /// One case on the device: tables vs the CPU router (all tokens), output vs the oracle.
 void check_case(const gt::MatrixCase& c, const gt::MatrixWeights& w) {
   const int64_t tokens = c.host.hidden_states.shape[0];
+  ref::LayerCase shown = c.check.config;
+  shown.num_tokens = tokens;
   std::ostringstream label;
-  label << c.check.config.describe() << " (T=" << tokens << ", oracle on " << c.checked.size()
-        << " tokens)";
+  label << shown.describe() << " (oracle on " << c.checked.size() << " tokens)";
   const std::string what = label.str();
   SCOPED_TRACE(what);
   gt::DevicePool pool;
