@@ -102,9 +102,21 @@ __device__ __forceinline__ void gemm_chunk(const RowOperand& a, const int32_t* r
     for (int kk = 0; kk < kBK; ++kk) {
       const float4 b = *reinterpret_cast<const float4*>(bs + kk * kBStride + tx * 4);
       const float* arow = as + kk * T::kAStride + ty * TM;
+      float av4[TM];
+      if constexpr (TM % 4 == 0) {
+        // 16-byte aligned: kAStride * 4 and TM * 4 bytes are multiples of 16.
+#pragma unroll
+        for (int i = 0; i < TM; i += 4) {
+          const float4 q = *reinterpret_cast<const float4*>(arow + i);
+          av4[i] = q.x, av4[i + 1] = q.y, av4[i + 2] = q.z, av4[i + 3] = q.w;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) av4[i] = arow[i];
+      }
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
-        const float av = arow[i];
+        const float av = av4[i];
         acc[i][0] = fmaf(av, b.x, acc[i][0]);
         acc[i][1] = fmaf(av, b.y, acc[i][1]);
         acc[i][2] = fmaf(av, b.z, acc[i][2]);
