@@ -40,10 +40,12 @@ class CudaAllocator final : public Allocator {
 }  // namespace
 
 Allocator* cuda_allocator(int device_index) {
-  static std::mutex mutex;
-  static std::map<int, std::unique_ptr<CudaAllocator>> allocators;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = allocators[device_index];
+  // NOTE: never destroyed: tensors held in statics are freed after main returns, and their
+  // deleters must still find a live allocator.
+  static std::mutex* mutex = new std::mutex;
+  static auto* allocators = new std::map<int, std::unique_ptr<CudaAllocator>>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  auto& slot = (*allocators)[device_index];
   if (!slot) slot = std::make_unique<CudaAllocator>(device_index);
   return slot.get();
 }

@@ -108,8 +108,8 @@ class HostAllocator final : public Allocator {
 }  // namespace
 
 Allocator* host_allocator() {
-  static HostAllocator allocator;
-  return &allocator;
+  static HostAllocator* allocator = new HostAllocator;  // never destroyed (see cuda_allocator)
+  return allocator;
 }
 
 Allocator* default_allocator(Device device) {
