@@ -1,39 +1,25 @@
 // cakemoe CLI. `cakemoe run` is the project's main job: one StepFun MoE layer per family and one
 // BGMV MoE-LoRA plan through the public C++ API, each checked against the fp64 oracle.
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "cakemoe/bgmv.h"
 #include "cakemoe/errors.h"
 #include "cakemoe/stepfun.h"
+#include "core/cuda_util.h"
 #include "tools/run_bgmv.h"
 #include "tools/run_stepfun.h"
 
-#if defined(CAKEMOE_WITH_CUDA)
-#include <cuda_runtime_api.h>
-#endif
-
 namespace {
-
-int cuda_device_count() {
-#if defined(CAKEMOE_WITH_CUDA)
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
-  return count;
-#else
-  return 0;
-#endif
-}
 
 void usage() {
   std::puts(
-      "usage: cakemoe run [--family NAME|all] [--tokens T] [--full] [--seed S]\n"
+      "usage: cakemoe run [--family NAME|all] [--tokens T] [--full] [--seed S] [--cpu]\n"
       "  Runs one StepFun MoE layer per family and one BGMV MoE-LoRA plan through the public API\n"
-      "  and checks each against the fp64 oracle. --full uses the FlashInfer geometry\n"
+      "  and checks each against the fp64 oracle, on CUDA device 0 when there is one (--cpu: the\n"
+      "  CPU reference backend). --full uses the FlashInfer geometry\n"
       "  (H 4096, I 1536, E 64, K 8, T 512 unless --tokens) for the StepFun layer.");
 }
 
@@ -45,6 +31,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 0 : 2;
   }
   cakemoe::tools::RunOptions options;
+  options.gpu = true;  // when a device is present
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -54,6 +41,8 @@ int main(int argc, char** argv) {
       options.tokens = std::atoll(argv[++i]);
     } else if (arg == "--seed" && has_value) {
       options.seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (arg == "--cpu") {
+      options.gpu = false;
     } else if (arg == "--full") {
       options.full = true;
     } else {
@@ -61,11 +50,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const int devices = cuda_device_count();
-  std::printf("cakemoe run: %s\n",
-              devices > 0 ? "CUDA device found, but the CUDA backends are not built yet "
-                            "(issues #3, #4): running the CPU reference backend"
-                          : "no CUDA device: running the CPU reference backend");
+  options.gpu = options.gpu && cakemoe::core::cuda_device_count() > 0;
+  std::printf("cakemoe run: %s\n", options.gpu ? "CUDA device 0 (checked against the host oracle)"
+                                                : "no CUDA device (or --cpu): CPU reference backend");
   try {
     const bool stepfun_ok = cakemoe::tools::run_stepfun(options);
     const bool bgmv_ok = cakemoe::tools::run_bgmv(options);

@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "cakemoe/tensor.h"
 
 namespace cakemoe {
 namespace tools {
@@ -12,7 +15,11 @@ struct RunOptions {
   int64_t tokens = 0;          ///< 0: the geometry's default
   bool full = false;           ///< FlashInfer geometry (H 4096, I 1536, E 64, K 8, T 512)
   uint64_t seed = 20261004;
+  bool gpu = false;            ///< run the layers on CUDA device 0 (the oracle stays on the host)
 };
+
+/// Copies every defined tensor of `views` to `device`; the copies are kept alive in `keep`.
+void move_views(std::vector<TensorView*> views, Device device, std::vector<Tensor>& keep);
 
 /// Prints one report line per family; returns true when every layer passes its check.
 bool run_stepfun(const RunOptions& options);
