@@ -51,8 +51,9 @@ int main(int argc, char** argv) {
     }
   }
   options.gpu = options.gpu && cakemoe::core::cuda_device_count() > 0;
-  std::printf("cakemoe run: %s\n", options.gpu ? "CUDA device 0 (checked against the host oracle)"
-                                                : "no CUDA device (or --cpu): CPU reference backend");
+  std::printf("cakemoe run: %s\n", options.gpu
+                                       ? "CUDA device 0 (checked against the host oracle)"
+                                       : "no CUDA device (or --cpu): CPU reference backend");
   try {
     const bool stepfun_ok = cakemoe::tools::run_stepfun(options);
     const bool bgmv_ok = cakemoe::tools::run_bgmv(options);

@@ -111,19 +111,22 @@ bool run_bgmv(const RunOptions& options) {
   const double rel = std::sqrt(num / den);
   const bool pass = within == c.tokens * c.hidden && rel <= 1e-2;
   const auto launch = plan.shrink_launch();
-  std::printf("\nBGMV MoE-LoRA plan on the %s (public API, bf16, token-major top-%lld pairs, "
-              "LoRA -1 on token 0)\n", options.gpu ? "GPU" : "CPU reference backend",
-              static_cast<long long>(c.top_k));
-  std::printf("shape T=%lld H=%lld R=%lld L=%lld E=%lld P=%lld | backend=%s variant=%s "
-              "shrink=(form %d, splits %d) grouped=%d remap=%d pdl=%d\n",
-              static_cast<long long>(c.tokens), static_cast<long long>(c.hidden),
-              static_cast<long long>(c.rank), static_cast<long long>(c.loras),
-              static_cast<long long>(c.experts), static_cast<long long>(pairs),
-              plan.backend_used().c_str(), plan.variant().c_str(), launch ? launch->form : -1,
-              launch ? launch->splits : -1, plan.grouped(), plan.order_remap(), plan.pdl_mode());
-  std::printf("run %.3f ms (host clock, one run) | vs fp64 oracle: rel_frob=%.3e max_abs=%.3e "
-              "within(1e-2,1e-2)=%.2f%% %s\n",
-              run_s * 1e3, rel, max_abs, 100.0 * within / (c.tokens * c.hidden), pass ? "PASS" : "FAIL");
+  std::printf(
+      "\nBGMV MoE-LoRA plan on the %s (public API, bf16, token-major top-%lld pairs, "
+      "LoRA -1 on token 0)\n",
+      options.gpu ? "GPU" : "CPU reference backend", static_cast<long long>(c.top_k));
+  std::printf(
+      "shape T=%lld H=%lld R=%lld L=%lld E=%lld P=%lld | backend=%s variant=%s "
+      "shrink=(form %d, splits %d) grouped=%d remap=%d pdl=%d\n",
+      static_cast<long long>(c.tokens), static_cast<long long>(c.hidden),
+      static_cast<long long>(c.rank), static_cast<long long>(c.loras),
+      static_cast<long long>(c.experts), static_cast<long long>(pairs), plan.backend_used().c_str(),
+      plan.variant().c_str(), launch ? launch->form : -1, launch ? launch->splits : -1,
+      plan.grouped(), plan.order_remap(), plan.pdl_mode());
+  std::printf(
+      "run %.3f ms (host clock, one run) | vs fp64 oracle: rel_frob=%.3e max_abs=%.3e "
+      "within(1e-2,1e-2)=%.2f%% %s\n",
+      run_s * 1e3, rel, max_abs, 100.0 * within / (c.tokens * c.hidden), pass ? "PASS" : "FAIL");
   return pass;
 }
 

@@ -53,8 +53,10 @@ bool run_stepfun(const RunOptions& options) {
   if (options.tokens > 0) base.num_tokens = options.tokens;
   base.seed = options.seed;
   base.limits = ref::LimitMode::kMixed;
-  std::printf("\nStepFun MoE layer on the %s (public API, routing from bf16 logits, limits 7/16 "
-              "mixed)\n", options.gpu ? "GPU" : "CPU reference backend");
+  std::printf(
+      "\nStepFun MoE layer on the %s (public API, routing from bf16 logits, limits 7/16 "
+      "mixed)\n",
+      options.gpu ? "GPU" : "CPU reference backend");
   std::printf("%-14s %-46s %-6s %9s %9s  %s\n", "family", "shape", "tile", "layer_ms", "setup_s",
               "check vs fp64 oracle");
   bool all_pass = true;

@@ -15,7 +15,7 @@ struct RunOptions {
   int64_t tokens = 0;          ///< 0: the geometry's default
   bool full = false;           ///< FlashInfer geometry (H 4096, I 1536, E 64, K 8, T 512)
   uint64_t seed = 20261004;
-  bool gpu = false;            ///< run the layers on CUDA device 0 (the oracle stays on the host)
+  bool gpu = false;  ///< run the layers on CUDA device 0 (the oracle stays on the host)
 };
 
 /// Copies every defined tensor of `views` to `device`; the copies are kept alive in `keep`.

@@ -17,12 +17,12 @@ namespace cakemoe {
 namespace bgmv {
 
 struct BgmvOptions {
-  std::string backend = "cake";      ///< the only accepted value
-  bool fallback = true;              ///< false: inputs outside the Cake support set raise Unsupported
-  TensorView shrink_out;             ///< optional [S, P, R] weight dtype workspace
-  TensorView y_accum;                ///< optional [T, S*F] fp32 (Cake: may be a column slice)
-  std::optional<bool> grouped;       ///< unset: heuristic (spec §5)
-  std::optional<bool> order_remap;   ///< unset: heuristic (spec §6)
+  std::string backend = "cake";  ///< the only accepted value
+  bool fallback = true;          ///< false: inputs outside the Cake support set raise Unsupported
+  TensorView shrink_out;         ///< optional [S, P, R] weight dtype workspace
+  TensorView y_accum;            ///< optional [T, S*F] fp32 (Cake: may be a column slice)
+  std::optional<bool> grouped;   ///< unset: heuristic (spec §5)
+  std::optional<bool> order_remap;  ///< unset: heuristic (spec §6)
 };
 
 /// Shrink launch shape of the generic Cake variant: (form, splits) (spec §4.1).
@@ -42,8 +42,8 @@ class BgmvPlan {
   /// Waits for pending replays and releases the captured graph; a later run() recaptures.
   void close();
 
-  const std::string& backend_used() const;     ///< "cake", "portable" or "cpu_reference"
-  const std::string& variant() const;          ///< "generic" | "specialized" | "portable"
+  const std::string& backend_used() const;  ///< "cake", "portable" or "cpu_reference"
+  const std::string& variant() const;       ///< "generic" | "specialized" | "portable"
   std::optional<ShrinkLaunch> shrink_launch() const;
   bool grouped() const;
   bool order_remap() const;
@@ -59,8 +59,8 @@ class BgmvPlan {
   std::shared_ptr<Impl> impl_;
 };
 
-/// x [T, H]; lora_a[s] [L, E, R, H]; lora_b[s] [L, E, F, R]; sorted_token_ids, expert_ids int64 [P];
-/// lora_indices int64 [T] (-1 = no LoRA); topk_weights fp32 [P].
+/// x [T, H]; lora_a[s] [L, E, R, H]; lora_b[s] [L, E, F, R]; sorted_token_ids, expert_ids int64
+/// [P]; lora_indices int64 [T] (-1 = no LoRA); topk_weights fp32 [P].
 BgmvPlan prepare_bgmv_moe(const TensorView& x, const std::vector<TensorView>& lora_a_weights,
                           const std::vector<TensorView>& lora_b_weights,
                           const TensorView& sorted_token_ids, const TensorView& expert_ids,

@@ -1,6 +1,7 @@
-// cakemoe public API: StepFun fused MoE (routing -> FC1 + SwiGLUStep -> requant -> FC2 -> finalize).
-// Contract: ../shared/spec/stepfun.md. Tensors on the CPU run the reference engine; CUDA tensors run
-// the GPU kernels (where built). Every call validates all of its arguments before writing anything.
+// cakemoe public API: StepFun fused MoE (routing -> FC1 + SwiGLUStep -> requant -> FC2 ->
+// finalize). Contract: ../shared/spec/stepfun.md. Tensors on the CPU run the reference engine; CUDA
+// tensors run the GPU kernels (where built). Every call validates all of its arguments before
+// writing anything.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@ namespace stepfun {
 
 /// Weight families (spec §4.2).
 enum class Family : uint8_t { kBF16, kFP8, kMXFP8, kNVFP4, kNVFP4BF16Tok };
-const char* family_name(Family family);  ///< "bf16", "fp8", "mxfp8", "nvfp4", "nvfp4_bf16tok"
+const char* family_name(Family family);        ///< "bf16", "fp8", "mxfp8", "nvfp4", "nvfp4_bf16tok"
 Family parse_family(const std::string& name);  ///< throws InvalidArgument("family", ...)
 
 /// Scale-factor layouts of activations / FC1 outputs (spec §4.4 (c), (e)).
@@ -31,9 +32,9 @@ int64_t max_padded(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64
 /// A launch plan (spec §8 DECISION). Kernel names are catalog unit names.
 struct Plan {
   Family family = Family::kNVFP4;
-  int tile = 8;                        ///< tile_tokens_dim: tokens per CTA tile and routing padding
-  std::string fc1_kernel;              ///< catalog unit for FC1 ("reference" on the CPU backend)
-  std::string fc2_kernel;              ///< catalog unit for FC2
+  int tile = 8;            ///< tile_tokens_dim: tokens per CTA tile and routing padding
+  std::string fc1_kernel;  ///< catalog unit for FC1 ("reference" on the CPU backend)
+  std::string fc2_kernel;  ///< catalog unit for FC2
   SfLayout act_sf_layout = SfLayout::kR8C4;  ///< r8c4 if tile <= 64 else r128c4
   std::string routing_variant;
   std::string finalize_variant;
@@ -48,8 +49,8 @@ struct ProblemDesc {
   int64_t local_num_experts = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
-  bool logits_input = true;   ///< FromLogits (true) or UnpackedPrecomputed (false)
-  Device device;              ///< where the plan runs (CPU = reference engine)
+  bool logits_input = true;  ///< FromLogits (true) or UnpackedPrecomputed (false)
+  Device device;             ///< where the plan runs (CPU = reference engine)
 };
 
 /// Candidate plans: the native tile window (prev, center, next, next^2) on the dense ladder 8..256.
@@ -61,56 +62,56 @@ Plan default_plan(const ProblemDesc& problem);
 // Per-stage arguments (spec §9.1). Absent optional tensors are default-constructed views.
 
 struct RoutingArgs {
-  TensorView routing_logits;              ///< [T, E] bf16|fp32 (FromLogits) -- xor topk_ids
-  TensorView topk_ids;                    ///< [T, K] int32 global expert ids (UnpackedPrecomputed)
-  TensorView topk_weights;                ///< [T, K]: written bf16 (logits) / read bf16|fp32 (ids)
-  TensorView topk_packed;                 ///< [T, K] int32 (logits mode output: id<<16 | bf16 bits)
-  TensorView expert_count_histogram;      ///< int32 scratch >= max(2E, 512)
-  TensorView total_num_padded_tokens;     ///< int32 [1]
+  TensorView routing_logits;           ///< [T, E] bf16|fp32 (FromLogits) -- xor topk_ids
+  TensorView topk_ids;                 ///< [T, K] int32 global expert ids (UnpackedPrecomputed)
+  TensorView topk_weights;             ///< [T, K]: written bf16 (logits) / read bf16|fp32 (ids)
+  TensorView topk_packed;              ///< [T, K] int32 (logits mode output: id<<16 | bf16 bits)
+  TensorView expert_count_histogram;   ///< int32 scratch >= max(2E, 512)
+  TensorView total_num_padded_tokens;  ///< int32 [1]
   TensorView expanded_idx_to_permuted_idx;  ///< int32 [T*K]
-  TensorView permuted_idx_to_token_idx;   ///< int32 [>= max_padded]
-  TensorView cta_idx_xy_to_batch_idx;     ///< int32 [>= max_ctas]
-  TensorView cta_idx_xy_to_mn_limit;      ///< int32 [>= max_ctas]
-  TensorView num_non_exiting_ctas;        ///< int32 [1]
-  TensorView num_tokens_per_expert;       ///< optional int32 [E_loc]
+  TensorView permuted_idx_to_token_idx;     ///< int32 [>= max_padded]
+  TensorView cta_idx_xy_to_batch_idx;       ///< int32 [>= max_ctas]
+  TensorView cta_idx_xy_to_mn_limit;        ///< int32 [>= max_ctas]
+  TensorView num_non_exiting_ctas;          ///< int32 [1]
+  TensorView num_tokens_per_expert;         ///< optional int32 [E_loc]
   int64_t num_experts = 0;
   int64_t top_k = 0;
   int64_t local_expert_offset = 0;
   int64_t local_num_experts = 0;
   int64_t tile_tokens_dim = 8;
-  double routed_scaling_factor = 1.0;     ///< FromLogits: multiplies the fp32 softmax weights
+  double routed_scaling_factor = 1.0;  ///< FromLogits: multiplies the fp32 softmax weights
   bool enable_pdl = true;
-  bool poison_routing_tail = false;       ///< debug: poison instead of benign tail
+  bool poison_routing_tail = false;  ///< debug: poison instead of benign tail
 };
 
 struct Fc1Args {
   Family family = Family::kNVFP4;
-  TensorView hidden_states;               ///< per family (spec §4.2), [T, ...]
-  TensorView hidden_states_scale;         ///< nvfp4*: e4m3 [T, H/16] linear; mxfp8: ue8m0 [T, H/32]
-  TensorView gemm1_weights;               ///< physical view (spec §4.2)
-  TensorView gemm1_weights_scale;         ///< nvfp4*/mxfp8 swizzled block scales
-  TensorView output1_scale_scalar;        ///< fp32 [E_loc] (nvfp4*, fp8)
-  TensorView output1_scale_gate_scalar;   ///< fp32 [E_loc] (nvfp4*, fp8)
-  TensorView gemm1_clamp_limit;           ///< fp32 [E_loc], family units (spec §3.2)
-  TensorView per_token_scale;             ///< nvfp4_bf16tok: fp32 [>= T]
+  TensorView hidden_states;              ///< per family (spec §4.2), [T, ...]
+  TensorView hidden_states_scale;        ///< nvfp4*: e4m3 [T, H/16] linear; mxfp8: ue8m0 [T, H/32]
+  TensorView gemm1_weights;              ///< physical view (spec §4.2)
+  TensorView gemm1_weights_scale;        ///< nvfp4*/mxfp8 swizzled block scales
+  TensorView output1_scale_scalar;       ///< fp32 [E_loc] (nvfp4*, fp8)
+  TensorView output1_scale_gate_scalar;  ///< fp32 [E_loc] (nvfp4*, fp8)
+  TensorView gemm1_clamp_limit;          ///< fp32 [E_loc], family units (spec §3.2)
+  TensorView per_token_scale;            ///< nvfp4_bf16tok: fp32 [>= T]
   TensorView permuted_idx_to_token_idx;
   TensorView cta_idx_xy_to_batch_idx;
   TensorView cta_idx_xy_to_mn_limit;
   TensorView num_non_exiting_ctas;
   TensorView total_num_padded_tokens;
-  TensorView gemm1_output;                ///< [max_padded, I/2] u8 | [max_padded, I] e4m3/bf16
-  TensorView gemm1_output_scale;          ///< nvfp4: e4m3 SF, mxfp8: ue8m0 SF (r8c4 / r128c4)
+  TensorView gemm1_output;        ///< [max_padded, I/2] u8 | [max_padded, I] e4m3/bf16
+  TensorView gemm1_output_scale;  ///< nvfp4: e4m3 SF, mxfp8: ue8m0 SF (r8c4 / r128c4)
   int64_t top_k = 0;
   int64_t tile_tokens_dim = 8;
   bool enable_pdl = true;
 };
 
 struct RequantArgs {
-  TensorView gemm1_output;                ///< bf16 [rows, I]
+  TensorView gemm1_output;                  ///< bf16 [rows, I]
   TensorView expanded_idx_to_permuted_idx;  ///< int32 [T*K]
-  TensorView output;                      ///< u8 [rows, I/2] packed e2m1
-  TensorView output_scale;                ///< e4m3 SF bytes in `sf_layout`
-  TensorView per_token_scale;             ///< fp32 [>= rows] (decode scale per row)
+  TensorView output;                        ///< u8 [rows, I/2] packed e2m1
+  TensorView output_scale;                  ///< e4m3 SF bytes in `sf_layout`
+  TensorView per_token_scale;               ///< fp32 [>= rows] (decode scale per row)
   SfLayout sf_layout = SfLayout::kR8C4;
   double global_scale_inv = 1.0 / 2688.0;  ///< 1 / (448 * 6)
   bool enable_pdl = true;
@@ -118,16 +119,16 @@ struct RequantArgs {
 
 struct Fc2Args {
   Family family = Family::kNVFP4;
-  TensorView gemm2_input;                 ///< FC1 output (nvfp4_bf16tok: requant output)
+  TensorView gemm2_input;  ///< FC1 output (nvfp4_bf16tok: requant output)
   TensorView gemm2_input_scale;
   TensorView gemm2_weights;
   TensorView gemm2_weights_scale;
-  TensorView output2_scale_scalar;        ///< fp32 [E_loc] (nvfp4*, fp8)
-  TensorView per_token_scale;             ///< nvfp4_bf16tok: fp32 [>= max_padded]
+  TensorView output2_scale_scalar;  ///< fp32 [E_loc] (nvfp4*, fp8)
+  TensorView per_token_scale;       ///< nvfp4_bf16tok: fp32 [>= max_padded]
   TensorView cta_idx_xy_to_batch_idx;
   TensorView cta_idx_xy_to_mn_limit;
   TensorView num_non_exiting_ctas;
-  TensorView gemm2_output;                ///< bf16 [max_padded, H]
+  TensorView gemm2_output;  ///< bf16 [max_padded, H]
   int64_t num_tokens = 0;
   int64_t top_k = 0;
   int64_t tile_tokens_dim = 8;
@@ -135,11 +136,11 @@ struct Fc2Args {
 };
 
 struct FinalizeArgs {
-  TensorView gemm2_output;                ///< bf16 [max_padded, H]
-  TensorView expert_weights;              ///< [T, K] bf16 | fp32
+  TensorView gemm2_output;                  ///< bf16 [max_padded, H]
+  TensorView expert_weights;                ///< [T, K] bf16 | fp32
   TensorView expanded_idx_to_permuted_idx;  ///< int32 [T*K]
-  TensorView total_num_padded_tokens;     ///< int32 [1]
-  TensorView output;                      ///< bf16 [T, H]
+  TensorView total_num_padded_tokens;       ///< int32 [1]
+  TensorView output;                        ///< bf16 [T, H]
   int64_t num_experts = 0;
   bool enable_pdl = true;
 };
@@ -180,19 +181,19 @@ struct MoeArgs {
   TensorView output1_scale_scalar;
   TensorView output1_scale_gate_scalar;
   TensorView gemm1_clamp_limit;
-  TensorView per_token_scale;             ///< nvfp4_bf16tok: fp32 [T]
+  TensorView per_token_scale;  ///< nvfp4_bf16tok: fp32 [T]
   TensorView gemm2_weights;
   TensorView gemm2_weights_scale;
   TensorView output2_scale_scalar;
-  TensorView routing_logits;              ///< xor topk_ids
+  TensorView routing_logits;  ///< xor topk_ids
   TensorView topk_ids;
-  TensorView topk_weights;                ///< with topk_ids: bf16|fp32 [T, K], read only
+  TensorView topk_weights;  ///< with topk_ids: bf16|fp32 [T, K], read only
   int64_t num_experts = 0;
   int64_t top_k = 0;
   int64_t local_expert_offset = 0;
   int64_t local_num_experts = 0;
-  std::optional<Plan> plan;               ///< default_plan() when absent
-  TensorView output;                      ///< optional bf16 [T, H]; allocated when absent
+  std::optional<Plan> plan;  ///< default_plan() when absent
+  TensorView output;         ///< optional bf16 [T, H]; allocated when absent
   bool do_finalize = true;
   bool enable_pdl = true;
   int reserved_sms = 8;
@@ -227,11 +228,11 @@ std::vector<Tensor> stepfun_moe(const MoeArgs& args, Stream stream = nullptr);
 
 struct WeightPrepOptions {
   Family family = Family::kNVFP4;
-  std::vector<float> step_limits;          ///< SwiGLUStep L per local expert ([E] or one value)
-  int64_t local_expert_offset = 0;         ///< experts [off, off + count) of w1/w2 are prepared
-  int64_t local_num_experts = -1;          ///< -1: all
-  double hidden_states_scale_global = 0;   ///< a_gs (encode); required for fp8 and nvfp4
-  double intermediate_scale_global = 0;    ///< c_gs (encode); 0 -> bound default (spec §12.7)
+  std::vector<float> step_limits;         ///< SwiGLUStep L per local expert ([E] or one value)
+  int64_t local_expert_offset = 0;        ///< experts [off, off + count) of w1/w2 are prepared
+  int64_t local_num_experts = -1;         ///< -1: all
+  double hidden_states_scale_global = 0;  ///< a_gs (encode); required for fp8 and nvfp4
+  double intermediate_scale_global = 0;   ///< c_gs (encode); 0 -> bound default (spec §12.7)
 };
 
 /// A family's weight view ("cake_stepfun" weight view keys of spec §9.4).
@@ -239,7 +240,7 @@ struct StepFunWeights {
   Family family = Family::kNVFP4;
   Tensor gemm1_weights, gemm1_weights_scale, gemm2_weights, gemm2_weights_scale;
   Tensor output1_scale_scalar, output1_scale_gate_scalar, output2_scale_scalar;
-  Tensor gemm1_clamp_limit;                ///< family units (spec §3.2)
+  Tensor gemm1_clamp_limit;  ///< family units (spec §3.2)
   double hidden_states_scale_global = 0;
   double intermediate_scale_global = 0;
 };

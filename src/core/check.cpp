@@ -11,7 +11,10 @@ std::string shape_string(std::initializer_list<int64_t> shape) {
   bool first = true;
   for (int64_t s : shape) {
     os << (first ? "" : ", ");
-    if (s < 0) os << "*"; else os << s;
+    if (s < 0)
+      os << "*";
+    else
+      os << s;
     first = false;
   }
   os << "]";
@@ -26,7 +29,8 @@ void check_absent(const TensorView& t, const std::string& arg, const std::string
   require(!t.defined(), arg, "must not be given: " + why);
 }
 
-void check_dtype(const TensorView& t, const std::string& arg, std::initializer_list<DType> allowed) {
+void check_dtype(const TensorView& t, const std::string& arg,
+                 std::initializer_list<DType> allowed) {
   for (DType d : allowed) {
     if (t.dtype == d) return;
   }
@@ -35,7 +39,8 @@ void check_dtype(const TensorView& t, const std::string& arg, std::initializer_l
   throw InvalidArgument(arg, "dtype must be " + names + ", got " + dtype_name(t.dtype));
 }
 
-void check_shape(const TensorView& t, const std::string& arg, std::initializer_list<int64_t> shape) {
+void check_shape(const TensorView& t, const std::string& arg,
+                 std::initializer_list<int64_t> shape) {
   bool ok = t.ndim == static_cast<int>(shape.size());
   int d = 0;
   for (int64_t s : shape) {
@@ -51,8 +56,8 @@ void check_ndim(const TensorView& t, const std::string& arg, int ndim) {
 }
 
 void check_contiguous(const TensorView& t, const std::string& arg) {
-  require(t.is_contiguous(), arg, "must be contiguous (row-major), got " + t.describe() +
-                                      " with non-contiguous strides");
+  require(t.is_contiguous(), arg,
+          "must be contiguous (row-major), got " + t.describe() + " with non-contiguous strides");
 }
 
 void check_device(const TensorView& t, const std::string& arg, Device device) {
@@ -60,8 +65,8 @@ void check_device(const TensorView& t, const std::string& arg, Device device) {
   const auto name = [](Device d) {
     return d.type == DeviceType::kCPU ? std::string("cpu") : "cuda:" + std::to_string(d.index);
   };
-  throw InvalidArgument(arg, "must be on " + name(device) + " like the other operands, got " +
-                                 name(t.device));
+  throw InvalidArgument(
+      arg, "must be on " + name(device) + " like the other operands, got " + name(t.device));
 }
 
 void check_min_numel(const TensorView& t, const std::string& arg, int64_t min_numel) {
@@ -69,8 +74,8 @@ void check_min_numel(const TensorView& t, const std::string& arg, int64_t min_nu
           "needs at least " + std::to_string(min_numel) + " elements, got " + t.describe());
 }
 
-void check_operand(const TensorView& t, const std::string& arg, std::initializer_list<DType> allowed,
-                   Device device) {
+void check_operand(const TensorView& t, const std::string& arg,
+                   std::initializer_list<DType> allowed, Device device) {
   check_defined(t, arg);
   check_dtype(t, arg, allowed);
   check_contiguous(t, arg);

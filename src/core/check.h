@@ -38,8 +38,8 @@ void check_device(const TensorView& t, const std::string& arg, Device device);
 /// numel must be at least `min_numel` (workspace-style buffers).
 void check_min_numel(const TensorView& t, const std::string& arg, int64_t min_numel);
 /// Defined + dtype + contiguous + device in one call (the common case for operands).
-void check_operand(const TensorView& t, const std::string& arg, std::initializer_list<DType> allowed,
-                   Device device);
+void check_operand(const TensorView& t, const std::string& arg,
+                   std::initializer_list<DType> allowed, Device device);
 
 /// "[4, 8]" for messages.
 std::string shape_string(std::initializer_list<int64_t> shape);

@@ -31,8 +31,10 @@ int cuda_device_count() {
 
 int cuda_capability(int device_index) {
   int major = 0, minor = 0;
-  CAKEMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index));
-  CAKEMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index));
+  CAKEMOE_CUDA_CHECK(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index));
+  CAKEMOE_CUDA_CHECK(
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index));
   return major * 10 + minor;
 }
 
@@ -48,20 +50,22 @@ bool cuda_stream_capturing(Stream stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-void cuda_stream_sync(Stream stream) { CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream))); }
+void cuda_stream_sync(Stream stream) {
+  CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
+}
 
 void copy_tensor(const TensorView& dst, const TensorView& src, Stream stream) {
   require(dst.dtype == src.dtype && dst.numel() == src.numel(), "dst",
-          "must match src in dtype and element count (" + src.describe() + " -> " +
-              dst.describe() + ")");
+          "must match src in dtype and element count (" + src.describe() + " -> " + dst.describe() +
+              ")");
   check_contiguous(dst, "dst");
   check_contiguous(src, "src");
   if (dst.device.type == DeviceType::kCPU && src.device.type == DeviceType::kCPU) {
     std::memcpy(dst.data, src.data, src.nbytes());  // no driver needed (CI has none)
     return;
   }
-  CAKEMOE_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDefault,
-                                     as_stream(stream)));
+  CAKEMOE_CUDA_CHECK(
+      cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDefault, as_stream(stream)));
 }
 
 Tensor copy_to(const TensorView& src, Device device) {
@@ -106,7 +110,8 @@ Tensor copy_to(const TensorView& src, Device device) {
   return out;
 }
 void fill_bytes(const TensorView& t, int byte, Stream) {
-  require(t.device.type == DeviceType::kCPU, "device", "a build without CUDA fills host tensors only");
+  require(t.device.type == DeviceType::kCPU, "device",
+          "a build without CUDA fills host tensors only");
   std::memset(t.data, byte, t.nbytes());
 }
 

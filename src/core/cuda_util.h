@@ -1,6 +1,6 @@
-// Host-side CUDA helpers shared by the backends, the tests and the benchmarks. Plain C++ (compiled by
-// g++ against the runtime API); every call is checked and failures raise cakemoe::CudaError.
-// In a build without CUDA each function throws Unsupported (device_count returns 0).
+// Host-side CUDA helpers shared by the backends, the tests and the benchmarks. Plain C++ (compiled
+// by g++ against the runtime API); every call is checked and failures raise cakemoe::CudaError. In
+// a build without CUDA each function throws Unsupported (device_count returns 0).
 #pragma once
 
 #include "cakemoe/tensor.h"

@@ -15,10 +15,10 @@ namespace core {
 struct KernelUnit {
   const char* name;      ///< the inst/ file name, e.g. "stepfun_fc1_nvfp4"
   const char* pipeline;  ///< "stepfun" | "bgmv"
-  const char* stage;     ///< "routing", "fc1", "requant", "fc2", "finalize", "shrink", "expand", ...
-  const char* variant;   ///< family name ("nvfp4", ...) or dtype ("bf16", "fp16"); "" when unused
-  int size;              ///< tile (stepfun; 0 = any tile) or rank (bgmv; 0 = any rank)
-  const char* arch;      ///< "sm90a" (Hopper-only unit) or "portable" (sm_90a, sm_100a, sm_103a)
+  const char* stage;    ///< "routing", "fc1", "requant", "fc2", "finalize", "shrink", "expand", ...
+  const char* variant;  ///< family name ("nvfp4", ...) or dtype ("bf16", "fp16"); "" when unused
+  int size;             ///< tile (stepfun; 0 = any tile) or rank (bgmv; 0 = any rank)
+  const char* arch;     ///< "sm90a" (Hopper-only unit) or "portable" (sm_90a, sm_100a, sm_103a)
   const void* launch;
 };
 
@@ -35,10 +35,9 @@ const KernelUnit* find_kernel_unit(const std::string& pipeline, const std::strin
 }  // namespace cakemoe
 
 /// Defines the catalog entry of one inst/ file. `name` must equal the file name (without .cu).
-#define CAKEMOE_KERNEL_UNIT(name, pipeline, stage, variant, size, arch, launch)          \
-  const ::cakemoe::core::KernelUnit* cakemoe_kernel_unit_##name() {                      \
-    static const ::cakemoe::core::KernelUnit unit{#name,   pipeline, stage,             \
-                                                  variant, size,     arch,              \
-                                                  reinterpret_cast<const void*>(launch)}; \
-    return &unit;                                                                        \
+#define CAKEMOE_KERNEL_UNIT(name, pipeline, stage, variant, size, arch, launch)              \
+  const ::cakemoe::core::KernelUnit* cakemoe_kernel_unit_##name() {                          \
+    static const ::cakemoe::core::KernelUnit unit{                                           \
+        #name, pipeline, stage, variant, size, arch, reinterpret_cast<const void*>(launch)}; \
+    return &unit;                                                                            \
   }

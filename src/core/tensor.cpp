@@ -55,13 +55,15 @@ TensorView::TensorView(void* data_, DType dtype_, const std::vector<int64_t>& sh
 
 int64_t TensorView::size(int dim) const {
   const int d = dim < 0 ? dim + ndim : dim;
-  if (d < 0 || d >= ndim) throw InvalidArgument("dim", "out of range for a " + describe() + " tensor");
+  if (d < 0 || d >= ndim)
+    throw InvalidArgument("dim", "out of range for a " + describe() + " tensor");
   return shape[d];
 }
 
 int64_t TensorView::stride(int dim) const {
   const int d = dim < 0 ? dim + ndim : dim;
-  if (d < 0 || d >= ndim) throw InvalidArgument("dim", "out of range for a " + describe() + " tensor");
+  if (d < 0 || d >= ndim)
+    throw InvalidArgument("dim", "out of range for a " + describe() + " tensor");
   return strides[d];
 }
 
@@ -89,7 +91,8 @@ std::string TensorView::describe() const {
   return os.str();
 }
 
-// ---- Allocators ----------------------------------------------------------------------------------
+// ---- Allocators
+// ----------------------------------------------------------------------------------
 
 namespace {
 
@@ -98,7 +101,8 @@ class HostAllocator final : public Allocator {
   void* allocate(size_t bytes) override {
     const size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (!p) throw InvalidArgument("bytes", "host allocation of " + std::to_string(bytes) + " failed");
+    if (!p)
+      throw InvalidArgument("bytes", "host allocation of " + std::to_string(bytes) + " failed");
     return p;
   }
   void deallocate(void* ptr, size_t) override { std::free(ptr); }
@@ -126,7 +130,8 @@ Tensor Tensor::empty(const std::vector<int64_t>& shape, DType dtype, Device devi
   TensorView probe(nullptr, dtype, shape, device);
   const size_t bytes = probe.nbytes();
   void* p = allocator->allocate(bytes);
-  t.storage_ = std::shared_ptr<void>(p, [allocator, bytes](void* q) { allocator->deallocate(q, bytes); });
+  t.storage_ =
+      std::shared_ptr<void>(p, [allocator, bytes](void* q) { allocator->deallocate(q, bytes); });
   t.view_ = TensorView(p, dtype, shape, device);
   return t;
 }

@@ -42,11 +42,16 @@ const std::vector<int>& tile_ladder() {
 
 const char* stage_name(Stage stage) {
   switch (stage) {
-    case Stage::kRouting: return "routing";
-    case Stage::kFc1: return "fc1";
-    case Stage::kRequant: return "requant";
-    case Stage::kFc2: return "fc2";
-    case Stage::kFinalize: return "finalize";
+    case Stage::kRouting:
+      return "routing";
+    case Stage::kFc1:
+      return "fc1";
+    case Stage::kRequant:
+      return "requant";
+    case Stage::kFc2:
+      return "fc2";
+    case Stage::kFinalize:
+      return "finalize";
   }
   return "?";
 }
@@ -97,10 +102,9 @@ const KernelUnit* find_unit(Stage stage, Family family, int tile, Arch arch) {
   std::lock_guard<std::mutex> lock(mutex);
   auto& slot = cache[{int(stage), int(family), tile, int(arch)}];
   if (!slot) {
-    const core::KernelUnit* u =
-        core::find_kernel_unit("stepfun", stage_name(stage),
-                               stage_has_family(stage) ? family_name(family) : "", tile,
-                               arch == Arch::kSm90);
+    const core::KernelUnit* u = core::find_kernel_unit(
+        "stepfun", stage_name(stage), stage_has_family(stage) ? family_name(family) : "", tile,
+        arch == Arch::kSm90);
     if (!u) return nullptr;
     slot = std::make_unique<KernelUnit>(KernelUnit{stage, family, tile, arch, u->name});
   }

@@ -47,8 +47,8 @@ void cpu_fc1(const Fc1Args& a, const GemmDims& dims) {
   p.tables = tables_of(a.permuted_idx_to_token_idx, a.cta_idx_xy_to_batch_idx,
                        a.cta_idx_xy_to_mn_limit, a.num_non_exiting_ctas, a.tile_tokens_dim);
   p.gemm1_output = a.gemm1_output.data;
-  p.gemm1_output_scale = a.gemm1_output_scale.defined() ? a.gemm1_output_scale.ptr<uint8_t>()
-                                                        : nullptr;
+  p.gemm1_output_scale =
+      a.gemm1_output_scale.defined() ? a.gemm1_output_scale.ptr<uint8_t>() : nullptr;
   p.output_scale_layout = layout_for_tile(a.tile_tokens_dim);
   p.output_rows = a.gemm1_output.shape[0];
   ref::fc1(p);

@@ -1,7 +1,8 @@
 // The SIMT fp32 tile shared by the FC1 and FC2 kernels: a CTA of 256 threads computes a chunk of
 // BM = 8*TM token rows x 128 weight rows. Each K step (32 elements) decodes the gathered A rows and
 // the 128 weight rows into shared memory in accumulator units (exact in fp32), then every thread
-// accumulates TM rows x 4 columns with fmaf while the next step's raw bytes load into registers. Weight rows are stored at their logical column
+// accumulates TM rows x 4 columns with fmaf while the next step's raw bytes load into registers.
+// Weight rows are stored at their logical column
 // (`slot`), so accumulator column c is logical output c of the CTA.
 #pragma once
 
@@ -17,8 +18,8 @@ namespace stepfun {
 namespace gemm_kernels {
 
 constexpr int kThreads = 256;
-constexpr int kBN = 128;  ///< weight rows (output columns) per CTA
-constexpr int kBK = 32;   ///< K elements per shared-memory step
+constexpr int kBN = 128;           ///< weight rows (output columns) per CTA
+constexpr int kBK = 32;            ///< K elements per shared-memory step
 constexpr int kBStride = kBN + 4;  // keeps float4 alignment; staging rows use it too
 
 template <int TM>
@@ -42,9 +43,8 @@ __host__ __device__ inline int tm_for_tile(int64_t tile) {
 /// jj >= w_rows_valid read as zeros. Ends with a barrier: `smem` is free on return.
 template <int TM, Fmt FA, Fmt FW>
 __device__ __forceinline__ void gemm_chunk(const RowOperand& a, const int32_t* row_src,
-                                           const WeightOperand& w, int64_t w_row0,
-                                           int w_rows_valid, const int* slot, float* smem,
-                                           float (&acc)[TM][4]) {
+                                           const WeightOperand& w, int64_t w_row0, int w_rows_valid,
+                                           const int* slot, float* smem, float (&acc)[TM][4]) {
   using T = Tile<TM>;
   float* as = smem;                // [kBK][kAStride]: k-major token rows
   float* bs = smem + T::kAFloats;  // [kBK][kBStride]: k-major weight slots

@@ -37,8 +37,9 @@ void validate_layer(const MoeArgs& a) {
   }
   core::check_defined(a.gemm1_weights, "gemm1_weights");
   require(a.gemm1_weights.ndim >= 1 && a.gemm1_weights.shape[0] == a.local_num_experts,
-          "gemm1_weights", "must have local_num_experts = " + std::to_string(a.local_num_experts) +
-                               " experts in dimension 0");
+          "gemm1_weights",
+          "must have local_num_experts = " + std::to_string(a.local_num_experts) +
+              " experts in dimension 0");
   if (a.output.defined()) {
     require(a.do_finalize, "output", "is only written when do_finalize is true");
   }
@@ -52,7 +53,7 @@ void validate_layer(const MoeArgs& a) {
 class StepFunMoeLaunch::Impl {
  public:
   Plan plan;
-  std::vector<Tensor> buffers;        // owned intermediates (kept alive with the launch)
+  std::vector<Tensor> buffers;  // owned intermediates (kept alive with the launch)
   std::vector<StepFunStageLaunch> stages;
   std::vector<TensorView> outputs;
 
@@ -103,15 +104,16 @@ StepFunMoeLaunch prepare_stepfun_moe(const MoeArgs& a) {
     require(a.gemm1_weights.ndim == (bf16 ? 4 : 3), "gemm1_weights",
             std::string("family ") + family_name(f) + " expects a " + (bf16 ? "4" : "3") +
                 "-D physical weight view, got " + a.gemm1_weights.describe());
-    problem.hidden_size = bf16 ? a.gemm1_weights.shape[1] * 64
-                               : a.gemm1_weights.shape[2] * (is_nvfp4(f) ? 2 : 1);
+    problem.hidden_size =
+        bf16 ? a.gemm1_weights.shape[1] * 64 : a.gemm1_weights.shape[2] * (is_nvfp4(f) ? 2 : 1);
     problem.intermediate_size = (bf16 ? a.gemm1_weights.shape[2] : a.gemm1_weights.shape[1]) / 2;
   }
   impl->plan = a.plan ? *a.plan : default_plan(problem);
   const int64_t tile = impl->plan.tile;
   const SfLayout layout = tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
-  require(impl->plan.act_sf_layout == layout, "plan", "act_sf_layout must be r8c4 for tiles <= 64 "
-                                                      "and r128c4 above");
+  require(impl->plan.act_sf_layout == layout, "plan",
+          "act_sf_layout must be r8c4 for tiles <= 64 "
+          "and r128c4 above");
   const int64_t h = problem.hidden_size, inter = problem.intermediate_size;
 
   // Buffers: routing tables sized with the global E (spec §2.5 DECISION).
@@ -164,7 +166,8 @@ StepFunMoeLaunch prepare_stepfun_moe(const MoeArgs& a) {
   f1.enable_pdl = a.enable_pdl;
   if (is_nvfp4(f) && f != Family::kNVFP4BF16Tok) {
     f1.gemm1_output = impl->alloc({rows, inter / 2}, DType::kE2M1x2, device);
-    f1.gemm1_output_scale = impl->alloc({act_scale_bytes(f, layout, rows, inter)}, DType::kE4M3, device);
+    f1.gemm1_output_scale =
+        impl->alloc({act_scale_bytes(f, layout, rows, inter)}, DType::kE4M3, device);
   } else if (f == Family::kFP8 || f == Family::kMXFP8) {
     f1.gemm1_output = impl->alloc({rows, inter}, DType::kE4M3, device);
     if (f == Family::kMXFP8) {

@@ -36,8 +36,8 @@ Plan make_plan(const ProblemDesc& p, int tile, const KernelUnit& fc1, const Kern
   plan.act_sf_layout = tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
   const KernelUnit* routing = find_unit(Stage::kRouting, p.family, tile, arch);
   const KernelUnit* finalize = find_unit(Stage::kFinalize, p.family, tile, arch);
-  plan.routing_variant = std::string(routing ? routing->name : "none") +
-                         (p.logits_input ? "_logits" : "_topk_ids");
+  plan.routing_variant =
+      std::string(routing ? routing->name : "none") + (p.logits_input ? "_logits" : "_topk_ids");
   plan.finalize_variant = finalize ? finalize->name : "none";
   return plan;
 }
@@ -79,7 +79,8 @@ std::ostream& operator<<(std::ostream& os, const Plan& plan) {
   return os << "Plan{family=" << family_name(plan.family) << ", tile=" << plan.tile
             << ", fc1=" << plan.fc1_kernel << ", fc2=" << plan.fc2_kernel
             << ", act_sf=" << sf_layout_name(plan.act_sf_layout)
-            << ", routing=" << plan.routing_variant << ", finalize=" << plan.finalize_variant << "}";
+            << ", routing=" << plan.routing_variant << ", finalize=" << plan.finalize_variant
+            << "}";
 }
 
 }  // namespace stepfun

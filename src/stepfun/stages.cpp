@@ -69,8 +69,8 @@ StepFunStageLaunch prepare_routing(const RoutingArgs& args) {
   const ref::RoutingConfig config = routing_config(args, dims.num_tokens);
   ref::check_routing_config(config);
   // Host scratch for the logits-mode ids, allocated here so launch() allocates nothing.
-  auto ids = std::make_shared<std::vector<int32_t>>(
-      dims.logits_input ? dims.num_tokens * args.top_k : 0);
+  auto ids =
+      std::make_shared<std::vector<int32_t>>(dims.logits_input ? dims.num_tokens * args.top_k : 0);
   ref::RoutingTableViews views;
   views.expanded_idx_to_permuted_idx = span(args.expanded_idx_to_permuted_idx);
   views.permuted_idx_to_token_idx = span(args.permuted_idx_to_token_idx);
@@ -95,9 +95,7 @@ StepFunStageLaunch prepare_fc1(const Fc1Args& args) {
   const GemmDims dims = validate_fc1(args);
   if (!on_cpu(args.hidden_states.device)) return device_launch(bind_cuda_fc1(args, dims));
   const Fc1Args a = args;
-  return StepFunStageLaunch(std::make_shared<HostStageLaunch>([a, dims] {
-    cpu_fc1(a, dims);
-  }));
+  return StepFunStageLaunch(std::make_shared<HostStageLaunch>([a, dims] { cpu_fc1(a, dims); }));
 }
 
 StepFunStageLaunch prepare_requant(const RequantArgs& args) {
@@ -117,9 +115,7 @@ StepFunStageLaunch prepare_fc2(const Fc2Args& args) {
   const GemmDims dims = validate_fc2(args);
   if (!on_cpu(args.gemm2_input.device)) return device_launch(bind_cuda_fc2(args, dims));
   const Fc2Args a = args;
-  return StepFunStageLaunch(std::make_shared<HostStageLaunch>([a, dims] {
-    cpu_fc2(a, dims);
-  }));
+  return StepFunStageLaunch(std::make_shared<HostStageLaunch>([a, dims] { cpu_fc2(a, dims); }));
 }
 
 StepFunStageLaunch prepare_finalize(const FinalizeArgs& args) {

@@ -89,8 +89,8 @@ void check_weight_scale(Family family, const TensorView& s, const std::string& a
     check_operand(s, arg, family == Family::kMXFP8 ? kByteUE8M0 : kByteE4M3, device);
     require(s.numel() == e_loc * formats::sf_size_128x4(rows, k / vec), arg,
             family_rule(family, "needs the 128x4-swizzled block scales of [E_loc, " +
-                                    std::to_string(rows) + ", " + std::to_string(k / vec) +
-                                    "] (" + std::to_string(e_loc * formats::sf_size_128x4(rows, k / vec)) +
+                                    std::to_string(rows) + ", " + std::to_string(k / vec) + "] (" +
+                                    std::to_string(e_loc * formats::sf_size_128x4(rows, k / vec)) +
                                     " bytes), got " + s.describe()));
   } else {
     check_absent(s, arg, family_rule(family, "has no weight block scales"));
@@ -108,8 +108,8 @@ void check_scalars(Family family, const TensorView& s, const std::string& arg, D
 
 /// FC1-output / FC2-input activation tensor and its scales.
 void check_fc2_input(Family family, const TensorView& x, const TensorView& sf,
-                     const std::string& arg, const std::string& sf_arg, Device device,
-                     int64_t rows, int64_t inter, SfLayout layout, bool fc1_side) {
+                     const std::string& arg, const std::string& sf_arg, Device device, int64_t rows,
+                     int64_t inter, SfLayout layout, bool fc1_side) {
   check_defined(x, arg);
   if (is_nvfp4(family) && !(family == Family::kNVFP4BF16Tok && fc1_side)) {
     check_operand(x, arg, kByteFP4, device);
@@ -153,7 +153,8 @@ RoutingDims validate_routing(const RoutingArgs& a) {
   d.device = input.device;
   d.logits_input = a.routing_logits.defined();
   require(a.num_experts > 0 && a.num_experts <= 65535, "num_experts", "must be in [1, 65535]");
-  require(a.top_k >= 1 && a.top_k <= a.num_experts, "top_k", "must satisfy 1 <= top_k <= num_experts");
+  require(a.top_k >= 1 && a.top_k <= a.num_experts, "top_k",
+          "must satisfy 1 <= top_k <= num_experts");
   require(a.top_k <= 32, "top_k", "must be at most 32");
   require(a.local_num_experts > 0, "local_num_experts", "must be > 0");
   require(a.local_expert_offset >= 0, "local_expert_offset", "must be >= 0");
@@ -190,7 +191,8 @@ RoutingDims validate_routing(const RoutingArgs& a) {
   const TableSizes sizes = table_sizes(t, a.top_k, a.num_experts, a.tile_tokens_dim);
   check_table(a.expert_count_histogram, "expert_count_histogram", d.device, 2 * a.num_experts);
   check_scalar(a.total_num_padded_tokens, "total_num_padded_tokens", d.device);
-  check_table(a.expanded_idx_to_permuted_idx, "expanded_idx_to_permuted_idx", d.device, t * a.top_k);
+  check_table(a.expanded_idx_to_permuted_idx, "expanded_idx_to_permuted_idx", d.device,
+              t * a.top_k);
   check_table(a.permuted_idx_to_token_idx, "permuted_idx_to_token_idx", d.device, sizes.max_padded);
   check_table(a.cta_idx_xy_to_batch_idx, "cta_idx_xy_to_batch_idx", d.device, sizes.max_ctas);
   check_table(a.cta_idx_xy_to_mn_limit, "cta_idx_xy_to_mn_limit", d.device, sizes.max_ctas);
@@ -258,7 +260,8 @@ int64_t validate_requant(const RequantArgs& a) {
   check_operand(a.gemm1_output, "gemm1_output", {DType::kBF16}, device);
   check_shape(a.gemm1_output, "gemm1_output", {-1, -1});
   const int64_t rows = a.gemm1_output.shape[0], inter = a.gemm1_output.shape[1];
-  require(inter > 0 && inter % 16 == 0, "gemm1_output", "columns must be a positive multiple of 16");
+  require(inter > 0 && inter % 16 == 0, "gemm1_output",
+          "columns must be a positive multiple of 16");
   check_operand(a.expanded_idx_to_permuted_idx, "expanded_idx_to_permuted_idx", kInt32, device);
   check_operand(a.output, "output", kByteFP4, device);
   check_shape(a.output, "output", {rows, inter / 2});

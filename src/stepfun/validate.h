@@ -39,7 +39,8 @@ struct TableSizes {
 };
 TableSizes table_sizes(int64_t num_tokens, int64_t top_k, int64_t local_num_experts, int64_t tile);
 
-/// Bytes of the FC1-output / requant-output scale buffer in `layout` (nvfp4: I/16, mxfp8: I/32 cols).
+/// Bytes of the FC1-output / requant-output scale buffer in `layout` (nvfp4: I/16, mxfp8: I/32
+/// cols).
 int64_t act_scale_bytes(Family family, SfLayout layout, int64_t rows, int64_t intermediate);
 
 }  // namespace stepfun

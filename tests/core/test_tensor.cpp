@@ -55,7 +55,10 @@ TEST(Parallel, EveryIndexExactlyOnce) {
   std::vector<int> hits(1000, 0);
   core::parallel_for(1000, [&](int64_t i) { hits[i] += 1; });
   for (int h : hits) EXPECT_EQ(h, 1);
-  EXPECT_THROW(core::parallel_for(10, [](int64_t i) { if (i == 7) throw InvalidArgument("i", "boom"); }),
+  EXPECT_THROW(core::parallel_for(10,
+                                  [](int64_t i) {
+                                    if (i == 7) throw InvalidArgument("i", "boom");
+                                  }),
                InvalidArgument);
 }
 

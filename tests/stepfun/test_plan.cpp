@@ -1,4 +1,5 @@
-// Plan selection (spec §8): the native tile window on the dense ladder, default = smallest candidate.
+// Plan selection (spec §8): the native tile window on the dense ladder, default = smallest
+// candidate.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -29,7 +30,8 @@ std::vector<int> tiles(const std::vector<Plan>& plans) {
 
 TEST(Plan, WindowAroundCenter) {
   // avg = T*K/E_loc = 512*8/64 = 64 -> center 64: window {32, 64, 128, 256}.
-  EXPECT_EQ(tiles(plans_for(problem(Family::kNVFP4, 512, 8, 64))), (std::vector<int>{32, 64, 128, 256}));
+  EXPECT_EQ(tiles(plans_for(problem(Family::kNVFP4, 512, 8, 64))),
+            (std::vector<int>{32, 64, 128, 256}));
   EXPECT_EQ(default_plan(problem(Family::kNVFP4, 512, 8, 64)).tile, 32);
   // avg = 8*8/64 = 1 -> center clamps to 8: window {8, 16, 32}.
   EXPECT_EQ(tiles(plans_for(problem(Family::kBF16, 8, 8, 64))), (std::vector<int>{8, 16, 32}));
@@ -38,7 +40,8 @@ TEST(Plan, WindowAroundCenter) {
   EXPECT_EQ(tiles(plans_for(problem(Family::kFP8, 2048, 8, 64))), (std::vector<int>{128, 256}));
   // avg = ceil(64*8/64) = 8 -> center 8: {8, 16, 32}; ceil(65*8/64) = 9 -> center 16.
   EXPECT_EQ(default_plan(problem(Family::kMXFP8, 64, 8, 64)).tile, 8);
-  EXPECT_EQ(tiles(plans_for(problem(Family::kMXFP8, 65, 8, 64))), (std::vector<int>{8, 16, 32, 64}));
+  EXPECT_EQ(tiles(plans_for(problem(Family::kMXFP8, 65, 8, 64))),
+            (std::vector<int>{8, 16, 32, 64}));
 }
 
 TEST(Plan, DerivedFields) {
@@ -68,7 +71,7 @@ TEST(Plan, RejectsBadProblems) {
 
 TEST(Sizes, MatchSpecFormula) {
   // max_ctas = min(E, T*K) + max(0, T*K - E) / tile
-  EXPECT_EQ(max_ctas(8, 8, 64, 8), 64);              // T*K = 64 = E
+  EXPECT_EQ(max_ctas(8, 8, 64, 8), 64);  // T*K = 64 = E
   EXPECT_EQ(max_ctas(512, 8, 64, 32), 64 + 4032 / 32);
   EXPECT_EQ(max_padded(1, 8, 288, 8), 8 * 8);
   EXPECT_EQ(max_padded(512, 8, 64, 32), (64 + 4032 / 32) * 32);

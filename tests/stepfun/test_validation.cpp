@@ -44,7 +44,8 @@ Fc1Args valid_fc1(Pool& pool, Family f) {
     a.hidden_states = pool.make({kT, kH}, DType::kE4M3);
     a.hidden_states_scale = pool.make({kT, kH / 32}, DType::kUE8M0);
     a.gemm1_weights = pool.make({kE, 2 * kI, kH}, DType::kE4M3);
-    a.gemm1_weights_scale = pool.make({kE * formats::sf_size_128x4(2 * kI, kH / 32)}, DType::kUE8M0);
+    a.gemm1_weights_scale =
+        pool.make({kE * formats::sf_size_128x4(2 * kI, kH / 32)}, DType::kUE8M0);
   } else if (f == Family::kFP8) {
     a.hidden_states = pool.make({kT, kH}, DType::kE4M3);
     a.gemm1_weights = pool.make({kE, 2 * kI, kH}, DType::kE4M3);
@@ -118,13 +119,15 @@ TEST(Fc1Validation, RejectsEachBrokenRule) {
                              "gemm1_clamp_limit", prep, fam + " one limit per expert");
     expect_rejected<Fc1Args>(ok, M([](Fc1Args& a) { a.permuted_idx_to_token_idx.shape[0] = 3; }),
                              "permuted_idx_to_token_idx", prep, fam + " short table");
-    expect_rejected<Fc1Args>(ok, M([](Fc1Args& a) { a.gemm1_output.shape[0] = 8; }),
-                             "gemm1_output", prep, fam + " too few output rows");
-    expect_rejected<Fc1Args>(ok, M([](Fc1Args& a) { a.num_non_exiting_ctas.dtype = DType::kInt64; }),
+    expect_rejected<Fc1Args>(ok, M([](Fc1Args& a) { a.gemm1_output.shape[0] = 8; }), "gemm1_output",
+                             prep, fam + " too few output rows");
+    expect_rejected<Fc1Args>(ok,
+                             M([](Fc1Args& a) { a.num_non_exiting_ctas.dtype = DType::kInt64; }),
                              "num_non_exiting_ctas", prep, fam + " scalar dtype");
     expect_rejected<Fc1Args>(ok, M([](Fc1Args& a) { a.hidden_states.device = Device::cuda(0); }),
                              "gemm1_weights", prep, fam + " device mix");
-    expect_rejected<Fc1Args>(ok, M([](Fc1Args& a) { a.gemm1_clamp_limit.device = Device::cuda(0); }),
+    expect_rejected<Fc1Args>(ok,
+                             M([](Fc1Args& a) { a.gemm1_clamp_limit.device = Device::cuda(0); }),
                              "gemm1_clamp_limit", prep, fam + " device mix");
     expect_rejected<Fc1Args>(ok, M([](Fc1Args& a) { a.hidden_states.strides[0] *= 2; }),
                              "hidden_states", prep, fam + " non-contiguous");
@@ -134,11 +137,13 @@ TEST(Fc1Validation, RejectsEachBrokenRule) {
       expect_rejected<Fc1Args>(ok, M([](Fc1Args& a) { a.hidden_states_scale = TensorView(); }),
                                "hidden_states_scale", prep, fam + " missing act scale");
     } else {
-      expect_rejected<Fc1Args>(ok, M([&](Fc1Args& a) { a.gemm1_weights_scale = ok.gemm1_clamp_limit; }),
+      expect_rejected<Fc1Args>(ok,
+                               M([&](Fc1Args& a) { a.gemm1_weights_scale = ok.gemm1_clamp_limit; }),
                                "gemm1_weights_scale", prep, fam + " unexpected scale");
     }
     if (is_nvfp4(f) || f == Family::kFP8) {
-      expect_rejected<Fc1Args>(ok, M([](Fc1Args& a) { a.output1_scale_gate_scalar = TensorView(); }),
+      expect_rejected<Fc1Args>(ok,
+                               M([](Fc1Args& a) { a.output1_scale_gate_scalar = TensorView(); }),
                                "output1_scale_gate_scalar", prep, fam + " missing scalar");
     }
     if (f == Family::kNVFP4BF16Tok) {
@@ -183,7 +188,8 @@ TEST(RoutingValidation, RejectsEachBrokenRule) {
                                prep, "both inputs");
   expect_rejected<RoutingArgs>(ok, M([](RoutingArgs& a) { a.routing_logits.dtype = DType::kFP16; }),
                                "routing_logits", prep, "logits dtype");
-  expect_rejected<RoutingArgs>(ok, M([](RoutingArgs& a) { a.top_k = kE + 1; }), "top_k", prep, "K > E");
+  expect_rejected<RoutingArgs>(ok, M([](RoutingArgs& a) { a.top_k = kE + 1; }), "top_k", prep,
+                               "K > E");
   expect_rejected<RoutingArgs>(ok, M([](RoutingArgs& a) { a.local_expert_offset = 1; }),
                                "local_num_experts", prep, "local range past E");
   expect_rejected<RoutingArgs>(ok, M([](RoutingArgs& a) { a.tile_tokens_dim = 0; }),
@@ -226,12 +232,14 @@ TEST(FinalizeValidation, RejectsEachBrokenRule) {
   ok.output = pool.make({kT, kH}, DType::kBF16);
   ok.num_experts = kE;
   EXPECT_NO_THROW(prepare_finalize(ok));
-  expect_rejected<FinalizeArgs>(ok, M([](FinalizeArgs& a) { a.output.shape[1] = kH + 1; }), "output",
-                                prep, "output width");
-  expect_rejected<FinalizeArgs>(ok, M([](FinalizeArgs& a) { a.expert_weights.dtype = DType::kFP16; }),
+  expect_rejected<FinalizeArgs>(ok, M([](FinalizeArgs& a) { a.output.shape[1] = kH + 1; }),
+                                "output", prep, "output width");
+  expect_rejected<FinalizeArgs>(ok,
+                                M([](FinalizeArgs& a) { a.expert_weights.dtype = DType::kFP16; }),
                                 "expert_weights", prep, "weights dtype");
-  expect_rejected<FinalizeArgs>(ok, M([](FinalizeArgs& a) { a.expanded_idx_to_permuted_idx.shape[0] = 3; }),
-                                "expanded_idx_to_permuted_idx", prep, "short e2p");
+  expect_rejected<FinalizeArgs>(
+      ok, M([](FinalizeArgs& a) { a.expanded_idx_to_permuted_idx.shape[0] = 3; }),
+      "expanded_idx_to_permuted_idx", prep, "short e2p");
 }
 
 TEST(RequantValidation, RejectsEachBrokenRule) {
@@ -247,8 +255,8 @@ TEST(RequantValidation, RejectsEachBrokenRule) {
   EXPECT_NO_THROW(prepare_requant(ok));
   expect_rejected<RequantArgs>(ok, M([](RequantArgs& a) { a.gemm1_output.dtype = DType::kFP32; }),
                                "gemm1_output", prep, "input dtype");
-  expect_rejected<RequantArgs>(ok, M([](RequantArgs& a) { a.output.shape[1] = kI; }), "output", prep,
-                               "output width I/2");
+  expect_rejected<RequantArgs>(ok, M([](RequantArgs& a) { a.output.shape[1] = kI; }), "output",
+                               prep, "output width I/2");
   expect_rejected<RequantArgs>(ok, M([](RequantArgs& a) { a.per_token_scale.shape[0] = 63; }),
                                "per_token_scale", prep, "per-token rows");
   expect_rejected<RequantArgs>(ok, M([](RequantArgs& a) { a.sf_layout = SfLayout::kR128C4; }),

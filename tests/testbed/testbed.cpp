@@ -23,7 +23,8 @@ double fraction_within(const std::vector<double>& actual, const std::vector<doub
   size_t ok = 0;
   for (size_t i = 0; i < actual.size(); ++i) {
     const double a = actual[i], b = reference[i];
-    if (std::isfinite(a) && std::isfinite(b) && std::fabs(a - b) <= atol + rtol * std::fabs(b)) ++ok;
+    if (std::isfinite(a) && std::isfinite(b) && std::fabs(a - b) <= atol + rtol * std::fabs(b))
+      ++ok;
   }
   return static_cast<double>(ok) / static_cast<double>(actual.size());
 }

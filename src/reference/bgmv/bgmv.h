@@ -13,21 +13,21 @@ namespace bgmv {
 
 /// Host operands of one problem. Weights and x hold raw 16-bit bf16/fp16 patterns.
 struct Problem {
-  DType dtype = DType::kBF16;  ///< kBF16 or kFP16 (x, LoRA weights, shrink_out)
-  int64_t num_tokens = 0;      ///< T
-  int64_t hidden = 0;          ///< H
-  int64_t rank = 0;            ///< R
-  int64_t feat_out = 0;        ///< F (equal across slices)
-  int64_t num_pairs = 0;       ///< P
-  int64_t num_loras = 0;       ///< L
-  int64_t num_experts = 0;     ///< E
-  const uint16_t* x = nullptr;                  ///< [T, H] contiguous
-  std::vector<const uint16_t*> lora_a;          ///< per slice [L, E, R, H] contiguous
-  std::vector<const uint16_t*> lora_b;          ///< per slice [L, E, F, R] contiguous
-  const int64_t* sorted_token_ids = nullptr;    ///< [P]; outside [0, T) = padding
-  const int64_t* expert_ids = nullptr;          ///< [P] in [0, E)
-  const int64_t* lora_indices = nullptr;        ///< [T] in [-1, L)
-  const float* topk_weights = nullptr;          ///< [P]
+  DType dtype = DType::kBF16;                 ///< kBF16 or kFP16 (x, LoRA weights, shrink_out)
+  int64_t num_tokens = 0;                     ///< T
+  int64_t hidden = 0;                         ///< H
+  int64_t rank = 0;                           ///< R
+  int64_t feat_out = 0;                       ///< F (equal across slices)
+  int64_t num_pairs = 0;                      ///< P
+  int64_t num_loras = 0;                      ///< L
+  int64_t num_experts = 0;                    ///< E
+  const uint16_t* x = nullptr;                ///< [T, H] contiguous
+  std::vector<const uint16_t*> lora_a;        ///< per slice [L, E, R, H] contiguous
+  std::vector<const uint16_t*> lora_b;        ///< per slice [L, E, F, R] contiguous
+  const int64_t* sorted_token_ids = nullptr;  ///< [P]; outside [0, T) = padding
+  const int64_t* expert_ids = nullptr;        ///< [P] in [0, E)
+  const int64_t* lora_indices = nullptr;      ///< [T] in [-1, L)
+  const float* topk_weights = nullptr;        ///< [P]
 
   int64_t num_slices() const { return static_cast<int64_t>(lora_a.size()); }
 };
@@ -68,7 +68,8 @@ struct TokenRoutes {
 };
 TokenRoutes token_routes(const Problem& problem);
 
-// ---- fp64 oracle ---------------------------------------------------------------------------------
+// ---- fp64 oracle
+// ---------------------------------------------------------------------------------
 
 /// Shrink rows [S, P, R] in double; `round_shrink` rounds each to the weight dtype (RNE).
 std::vector<double> oracle_shrink(const Problem& problem, bool round_shrink);

@@ -27,7 +27,8 @@ void fill_normal_bf16(uint16_t* out, int64_t n, uint64_t seed, float scale) {
     std::mt19937_64 engine(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(c));
     std::normal_distribution<float> normal(0.f, 1.f);
     const int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; ++i) out[i] = formats::bf16_from_float(normal(engine) * scale);
+    for (int64_t i = c * kChunk; i < end; ++i)
+      out[i] = formats::bf16_from_float(normal(engine) * scale);
   });
 }
 
@@ -41,7 +42,7 @@ std::vector<float> step_limits(const LayerCase& c, int64_t e_loc) {
   std::vector<float> limits(e_loc);
   for (int64_t e = 0; e < e_loc; ++e) {
     const int64_t global = c.local_expert_offset + e;
-    limits[e] = c.limits == LimitMode::k7 ? 7.f
+    limits[e] = c.limits == LimitMode::k7    ? 7.f
                 : c.limits == LimitMode::k16 ? 16.f
                                              : (global % 2 == 0 ? 7.f : 16.f);
   }
@@ -61,7 +62,8 @@ Tensor make_logits(const LayerCase& c, std::mt19937_64& engine) {
     const double center = std::floor(pos * pos / e_count);
     for (int64_t e = 0; e < e_count; ++e) {
       float v = normal(engine);
-      if (c.regime != RoutingRegime::kUniform) v -= 0.25f * static_cast<float>(std::fabs(e - center));
+      if (c.regime != RoutingRegime::kUniform)
+        v -= 0.25f * static_cast<float>(std::fabs(e - center));
       logits.ptr<uint16_t>()[row_of[t] * e_count + e] = formats::bf16_from_float(v);
     }
   }
@@ -75,18 +77,19 @@ const char* limit_mode_name(LimitMode mode) {
 }
 
 const char* routing_regime_name(RoutingRegime regime) {
-  return regime == RoutingRegime::kUniform ? "uniform"
+  return regime == RoutingRegime::kUniform  ? "uniform"
          : regime == RoutingRegime::kRagged ? "ragged"
-                                             : "randperm";
+                                            : "randperm";
 }
 
 std::string LayerCase::describe() const {
   std::ostringstream os;
   os << cakemoe::stepfun::family_name(family) << " T=" << num_tokens << " H=" << hidden
-     << " I=" << intermediate << " E=" << num_experts << " K=" << top_k << " limits="
-     << limit_mode_name(limits) << " routing=" << routing_regime_name(regime)
+     << " I=" << intermediate << " E=" << num_experts << " K=" << top_k
+     << " limits=" << limit_mode_name(limits) << " routing=" << routing_regime_name(regime)
      << (precomputed ? (precomputed_fp32 ? " ids+fp32" : " ids+bf16") : " logits");
-  if (local_num_experts >= 0) os << " local=[" << local_expert_offset << "+" << local_num_experts << "]";
+  if (local_num_experts >= 0)
+    os << " local=[" << local_expert_offset << "+" << local_num_experts << "]";
   return os.str();
 }
 
@@ -235,7 +238,8 @@ LayerCheck check_layer_output(const LayerData& d, const uint16_t* output) {
   }
   r.rel_frobenius = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   r.fraction_within = n ? static_cast<double>(within) / n : 0;
-  r.pass = r.unwritten == 0 && r.rel_frobenius <= r.frobenius_bar && r.fraction_within >= r.percent_bar;
+  r.pass =
+      r.unwritten == 0 && r.rel_frobenius <= r.frobenius_bar && r.fraction_within >= r.percent_bar;
   return r;
 }
 

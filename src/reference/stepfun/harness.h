@@ -1,5 +1,6 @@
 // Layer cases of spec stepfun §10.3 (random data, limits, routing regimes) and the acceptance check
-// of a layer output against the fp64 oracle (§10.2). Shared by the tests, the GPU suite and the CLI.
+// of a layer output against the fp64 oracle (§10.2). Shared by the tests, the GPU suite and the
+// CLI.
 #pragma once
 
 #include <cstdint>
@@ -13,39 +14,39 @@ namespace cakemoe {
 namespace reference {
 namespace stepfun {
 
-enum class LimitMode : uint8_t { k7, k16, kMixed };           ///< all 7, all 16, even 7 / odd 16
+enum class LimitMode : uint8_t { k7, k16, kMixed };  ///< all 7, all 16, even 7 / odd 16
 enum class RoutingRegime : uint8_t { kUniform, kRagged, kRandperm };
 const char* limit_mode_name(LimitMode mode);
 const char* routing_regime_name(RoutingRegime regime);
 
 struct LayerCase {
   Family family = Family::kNVFP4;
-  int64_t num_tokens = 8;            ///< T
-  int64_t hidden = 512;              ///< H
-  int64_t intermediate = 256;        ///< I
-  int64_t num_experts = 8;           ///< E (global)
-  int64_t top_k = 2;                 ///< K
+  int64_t num_tokens = 8;      ///< T
+  int64_t hidden = 512;        ///< H
+  int64_t intermediate = 256;  ///< I
+  int64_t num_experts = 8;     ///< E (global)
+  int64_t top_k = 2;           ///< K
   int64_t local_expert_offset = 0;
-  int64_t local_num_experts = -1;    ///< -1: all E
+  int64_t local_num_experts = -1;  ///< -1: all E
   LimitMode limits = LimitMode::kMixed;
   RoutingRegime regime = RoutingRegime::kUniform;
-  bool precomputed = false;          ///< UnpackedPrecomputed routing (ids + weights)
-  bool precomputed_fp32 = true;      ///< dtype of the precomputed weights
+  bool precomputed = false;      ///< UnpackedPrecomputed routing (ids + weights)
+  bool precomputed_fp32 = true;  ///< dtype of the precomputed weights
   double routed_scaling_factor = 1.0;
-  uint64_t seed = 20261004;          ///< spec §10.3
+  uint64_t seed = 20261004;  ///< spec §10.3
   std::string describe() const;
 };
 
 /// Everything a layer run needs, on the host.
 struct LayerData {
   LayerCase config;
-  PreparedWeights weights;                       ///< c_gs calibrated on the oracle (nvfp4, fp8)
+  PreparedWeights weights;  ///< c_gs calibrated on the oracle (nvfp4, fp8)
   cakemoe::stepfun::StepFunActivations activations;
-  Tensor routing_logits;                         ///< bf16 [T, E]
-  Tensor topk_ids, topk_weights;                 ///< precomputed mode: int32 / bf16|fp32 [T, K]
-  std::vector<int32_t> oracle_ids;               ///< [T*K] the routing the layer must follow
-  std::vector<float> oracle_weights;             ///< [T*K]
-  std::vector<double> oracle_output;             ///< [T, H] fp64 oracle of the layer
+  Tensor routing_logits;              ///< bf16 [T, E]
+  Tensor topk_ids, topk_weights;      ///< precomputed mode: int32 / bf16|fp32 [T, K]
+  std::vector<int32_t> oracle_ids;    ///< [T*K] the routing the layer must follow
+  std::vector<float> oracle_weights;  ///< [T*K]
+  std::vector<double> oracle_output;  ///< [T, H] fp64 oracle of the layer
 };
 
 /// Builds a case with §10.3 data: hidden = 12*randn (bf16), W1 = randn/sqrt(H), W2 = randn/sqrt(I),
