@@ -26,6 +26,7 @@ namespace stepfun {
 namespace {
 namespace ref = reference::stepfun;
 namespace gt = gpu_testbed;
+using testbed::random_bf16;
 
 const Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
                             Family::kNVFP4BF16Tok};
@@ -291,14 +292,6 @@ TEST_P(StepFunStagesSmall, StagesMatchCpuReferenceAndPreparedLayer) {
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, StepFunStagesSmall, ::testing::ValuesIn(kFamilies),
                          [](const auto& info) { return std::string(family_name(info.param)); });
-
-Tensor random_bf16(const std::vector<int64_t>& shape, testbed::Rng& rng, float scale) {
-  Tensor x = Tensor::empty(shape, DType::kBF16);
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    x.ptr<uint16_t>()[i] = formats::bf16_from_float(scale * rng.normal());
-  }
-  return x;
-}
 
 /// Device preparation (host round trip) gives the host preparation's bytes on the device, and
 /// run_moe on those device operands agrees with run_moe on the CPU backend.

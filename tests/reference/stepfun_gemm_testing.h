@@ -31,13 +31,7 @@ constexpr Family kAllFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, 
 
 inline const char* name(Family f) { return ::cakemoe::stepfun::family_name(f); }
 
-/// bf16 tensor of scale * randn.
-inline Tensor random_bf16(const std::vector<int64_t>& shape, testbed::Rng& rng, float scale) {
-  Tensor t = Tensor::empty(shape, DType::kBF16);
-  uint16_t* p = t.ptr<uint16_t>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = formats::bf16_from_float(scale * rng.normal());
-  return t;
-}
+using testbed::random_bf16;
 
 inline std::vector<float> floats_of(const Tensor& bf16) {
   std::vector<float> out(static_cast<size_t>(bf16.numel()));

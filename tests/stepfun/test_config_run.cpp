@@ -11,7 +11,6 @@
 
 #include "cakemoe/config.h"
 #include "cakemoe/errors.h"
-#include "formats/codecs.h"
 #include "reference/stepfun/harness.h"
 #include "testbed/testbed.h"
 
@@ -19,6 +18,7 @@ namespace cakemoe {
 namespace stepfun {
 namespace {
 namespace ref = reference::stepfun;
+using testbed::random_bf16;
 
 const Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
                             Family::kNVFP4BF16Tok};
@@ -35,14 +35,6 @@ void expect_named(const std::function<void()>& fn, const std::string& arg,
   } catch (const cakemoe::Error& e) {
     ADD_FAILURE() << "wrong error type: " << e.what();
   }
-}
-
-Tensor random_bf16(const std::vector<int64_t>& shape, testbed::Rng& rng, float scale) {
-  Tensor t = Tensor::empty(shape, DType::kBF16);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    t.ptr<uint16_t>()[i] = formats::bf16_from_float(scale * rng.normal());
-  }
-  return t;
 }
 
 bool same_bytes(const Tensor& a, const Tensor& b) {

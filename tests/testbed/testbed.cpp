@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "formats/codecs.h"
+
 namespace cakemoe {
 namespace testbed {
 
@@ -10,6 +12,13 @@ std::vector<float> Rng::normal_vector(size_t n, float scale) {
   std::vector<float> v(n);
   for (auto& x : v) x = normal() * scale;
   return v;
+}
+
+Tensor random_bf16(const std::vector<int64_t>& shape, Rng& rng, float scale) {
+  Tensor t = Tensor::empty(shape, DType::kBF16);
+  uint16_t* p = t.ptr<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = formats::bf16_from_float(scale * rng.normal());
+  return t;
 }
 
 void poison(const TensorView& t) {

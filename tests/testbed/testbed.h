@@ -30,6 +30,9 @@ class Rng {
   std::normal_distribution<float> normal_{0.f, 1.f};
 };
 
+/// Host bf16 tensor of scale * randn, drawn element by element in memory order.
+Tensor random_bf16(const std::vector<int64_t>& shape, Rng& rng, float scale);
+
 /// Fills a tensor with a value that no correct kernel writes: NaN bytes (0xFF) for floating types,
 /// 0x5A5A5A5A for integer tables (so -1 and small ids are detectable as "written").
 void poison(const TensorView& t);
