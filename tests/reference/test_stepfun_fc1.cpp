@@ -9,12 +9,14 @@
 
 #include "cakemoe/errors.h"
 #include "stepfun_gemm_testing.h"
+#include "testbed/expect_error.h"
 
 namespace cakemoe {
 namespace reference {
 namespace stepfun {
 namespace {
 
+using testbed::expect_error;
 using testing::Case;
 using testing::Dims;
 using testing::Fc1Out;
@@ -257,16 +259,6 @@ TEST(StepfunFc1, PaddedRowsAndTheirScalesStayPoisoned) {
   }
 }
 
-template <typename Fn>
-void expect_invalid(Fn fn, const std::string& argument) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error for " << argument;
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
-}
-
 TEST(StepfunFc1, InconsistentTablesThrowBeforeWriting) {
   Dims d;
   d.tokens = 8, d.hidden = 64, d.inter = 64, d.experts = 2, d.top_k = 2;
@@ -279,18 +271,18 @@ TEST(StepfunFc1, InconsistentTablesThrowBeforeWriting) {
     for (uint8_t b : out.scale) ASSERT_EQ(b, 0xFF);
   };
   c.tables.cta_idx_xy_to_batch_idx[0] = 2;
-  expect_invalid(run, "cta_idx_xy_to_batch_idx");
+  expect_error(run, "cta_idx_xy_to_batch_idx");
   untouched();
   c = pristine;
   c.tables.cta_idx_xy_to_mn_limit[0] = static_cast<int32_t>(d.tile + 1);
-  expect_invalid(run, "cta_idx_xy_to_mn_limit");
+  expect_error(run, "cta_idx_xy_to_mn_limit");
   untouched();
   c = pristine;
   c.tables.permuted_idx_to_token_idx[0] = static_cast<int32_t>(d.tokens);
-  expect_invalid(run, "permuted_idx_to_token_idx");
+  expect_error(run, "permuted_idx_to_token_idx");
   untouched();
   c = pristine;
-  expect_invalid(
+  expect_error(
       [&] {
         Fc1Problem p = testing::fc1_problem(c, &out);
         p.hidden_states_scale = nullptr;

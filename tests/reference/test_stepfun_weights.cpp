@@ -11,12 +11,14 @@
 #include "formats/quantize.h"
 #include "reference/stepfun/weights.h"
 #include "stepfun_gemm_testing.h"
+#include "testbed/expect_error.h"
 
 namespace cakemoe {
 namespace reference {
 namespace stepfun {
 namespace {
 
+using testbed::expect_error;
 using testing::floats_of;
 using testing::kAllFamilies;
 using testing::name;
@@ -257,20 +259,6 @@ TEST(StepfunWeights, PreparesTheLocalExpertRange) {
                 expected_dequant(Family::kMXFP8, &w1[(1 + e) * n1], 2 * l.inter, l.hidden),
                 "local expert");
     EXPECT_EQ(p.view.gemm1_clamp_limit.ptr<float>()[e], 16.0f);
-  }
-}
-
-template <typename Fn>
-void expect_error(Fn fn, const std::string& argument, bool unsupported = false) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error for " << argument;
-  } catch (const Unsupported& e) {
-    EXPECT_TRUE(unsupported) << e.what();
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  } catch (const InvalidArgument& e) {
-    EXPECT_FALSE(unsupported) << e.what();
-    EXPECT_EQ(e.argument(), argument) << e.what();
   }
 }
 

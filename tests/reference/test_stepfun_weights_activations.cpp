@@ -10,12 +10,14 @@
 #include "formats/quantize.h"
 #include "reference/stepfun/activations.h"
 #include "stepfun_gemm_testing.h"
+#include "testbed/expect_error.h"
 
 namespace cakemoe {
 namespace reference {
 namespace stepfun {
 namespace {
 
+using testbed::expect_error;
 using testing::floats_of;
 using testing::name;
 
@@ -72,20 +74,6 @@ TEST(StepfunActivations, EveryFamilyFormat) {
   }
   EXPECT_EQ(pts[3], 0.0f);
   for (int64_t k = 0; k < hidden / 2; ++k) EXPECT_EQ(a.hidden_states.ptr<uint8_t>()[3 * 64 + k], 0);
-}
-
-template <typename Fn>
-void expect_error(Fn fn, const std::string& argument, bool unsupported) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error for " << argument;
-  } catch (const Unsupported& e) {
-    EXPECT_TRUE(unsupported) << e.what();
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  } catch (const InvalidArgument& e) {
-    EXPECT_FALSE(unsupported) << e.what();
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
 }
 
 TEST(StepfunActivations, ValidationNamesTheArgument) {
