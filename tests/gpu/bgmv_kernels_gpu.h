@@ -17,6 +17,7 @@
 #include "bgmv/cake_launch.h"
 #include "bgmv/plan.h"
 #include "core/cuda_check.h"
+#include "gpu/device_buffer.h"
 #include "reference/bgmv/bgmv.h"
 
 namespace cakemoe {
@@ -27,45 +28,7 @@ using bgmv::launch_cake_expand;
 using bgmv::launch_cake_shrink;
 using bgmv::launch_portable;
 using bgmv::PortableParams;
-
-/// Owning device array (poisoned with 0xFF bytes unless uploaded).
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : size_(n) {
-    CAKEMOE_CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
-    fill(0xFF);
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return ptr_; }
-  size_t size() const { return size_; }
-  size_t bytes() const { return size_ * sizeof(T) > 0 ? size_ * sizeof(T) : 1; }
-  void upload(const std::vector<T>& host) {
-    CAKEMOE_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T),
-                                  cudaMemcpyHostToDevice));
-    // NOTE: the kernels run on a non-blocking stream, which does not order after the legacy
-    // default stream; a device-wide sync makes the copy (and fill below) visible to them.
-    CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(size_);
-    CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
-    CAKEMOE_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-  void fill(int byte) {
-    CAKEMOE_CUDA_CHECK(cudaMemset(ptr_, byte, bytes()));
-    CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t size_ = 0;
-};
+using gpu_testbed::DeviceBuffer;
 
 inline uint32_t float_bits(float v) {
   uint32_t b;

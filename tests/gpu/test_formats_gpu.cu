@@ -18,56 +18,14 @@
 #include "core/cuda_check.h"
 #include "formats/codecs.h"
 #include "formats/quantize.h"
+#include "gpu/device_buffer.h"
+#include "gpu/gpu_testbed.h"
 
 namespace cakemoe {
 namespace formats {
 namespace {
 
-bool has_device(std::string* why) {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess || count == 0) {
-    *why = status != cudaSuccess ? cudaGetErrorString(status) : "0 devices";
-    cudaGetLastError();  // clear the sticky error of a failed query
-    return false;
-  }
-  return true;
-}
-
-#define CAKEMOE_REQUIRE_DEVICE()                                    \
-  do {                                                              \
-    std::string why;                                                \
-    if (!has_device(&why))                                          \
-      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount: " << why \
-                   << "); formats GPU parity not checked";          \
-  } while (0)
-
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& host) : size_(host.size()) {
-    CAKEMOE_CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
-    CAKEMOE_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
-  }
-  explicit DeviceArray(size_t size) : size_(size) {
-    CAKEMOE_CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
-    CAKEMOE_CUDA_CHECK(cudaMemset(ptr_, 0xA5, bytes()));  // poison
-  }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return ptr_; }
-  std::vector<T> to_host() const {
-    std::vector<T> out(size_);
-    CAKEMOE_CUDA_CHECK(cudaMemcpy(out.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
-    return out;
-  }
-
- private:
-  size_t bytes() const { return size_ * sizeof(T); }
-  T* ptr_ = nullptr;
-  size_t size_ = 0;
-};
+using gpu_testbed::DeviceBuffer;
 
 // ---- Kernels ------------------------------------------------------------------------------------
 
@@ -165,12 +123,12 @@ std::vector<float> float_set(uint64_t seed) {
 // ---- Tests --------------------------------------------------------------------------------------
 
 TEST(FormatsGpu, DecodersMatchHostOnAllCodes) {
-  CAKEMOE_REQUIRE_DEVICE();
-  DeviceArray<uint32_t> bf16(65536), fp16(65536), e4m3(256), ue8m0(256), e2m1(16);
+  CAKEMOE_REQUIRE_GPU();
+  DeviceBuffer<uint32_t> bf16(65536), fp16(65536), e4m3(256), ue8m0(256), e2m1(16);
   decode_kernel<<<256, 256>>>(bf16.get(), fp16.get(), e4m3.get(), ue8m0.get(), e2m1.get());
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
-  const auto d_bf16 = bf16.to_host(), d_fp16 = fp16.to_host();
-  const auto d_e4m3 = e4m3.to_host(), d_ue8m0 = ue8m0.to_host(), d_e2m1 = e2m1.to_host();
+  const auto d_bf16 = bf16.download(), d_fp16 = fp16.download();
+  const auto d_e4m3 = e4m3.download(), d_ue8m0 = ue8m0.download(), d_e2m1 = e2m1.download();
   for (uint32_t c = 0; c < 65536; ++c) {
     ASSERT_EQ(d_bf16[c], float_to_bits(bf16_to_float(static_cast<uint16_t>(c)))) << c;
     ASSERT_EQ(d_fp16[c], float_to_bits(fp16_to_float(static_cast<uint16_t>(c)))) << c;
@@ -185,7 +143,7 @@ TEST(FormatsGpu, DecodersMatchHostOnAllCodes) {
 }
 
 TEST(FormatsGpu, EncodersMatchHostAndCudaIntrinsics) {
-  CAKEMOE_REQUIRE_DEVICE();
+  CAKEMOE_REQUIRE_GPU();
   const std::vector<float> xs = float_set(5);
   std::vector<float> ys(xs.size());
   std::mt19937 rng(6);
@@ -194,11 +152,11 @@ TEST(FormatsGpu, EncodersMatchHostAndCudaIntrinsics) {
     std::memcpy(&y, &b, 4);
   }
   const int n = static_cast<int>(xs.size());
-  DeviceArray<float> dx(xs), dy(ys);
-  DeviceArray<EncodeOut> dout(xs.size());
+  DeviceBuffer<float> dx(xs), dy(ys);
+  DeviceBuffer<EncodeOut> dout(xs.size());
   encode_kernel<<<(n + 255) / 256, 256>>>(dx.get(), dy.get(), dout.get(), n);
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
-  const std::vector<EncodeOut> out = dout.to_host();
+  const std::vector<EncodeOut> out = dout.download();
   for (int i = 0; i < n; ++i) {
     const float v = xs[i];
     const EncodeOut& o = out[i];
@@ -228,7 +186,7 @@ TEST(FormatsGpu, EncodersMatchHostAndCudaIntrinsics) {
 }
 
 TEST(FormatsGpu, BlockQuantizersMatchHost) {
-  CAKEMOE_REQUIRE_DEVICE();
+  CAKEMOE_REQUIRE_GPU();
   const int chunks = 4096, rows = 64, cols = chunks * 32 / rows;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
@@ -237,17 +195,17 @@ TEST(FormatsGpu, BlockQuantizersMatchHost) {
     x[i] = (i / 32) % 17 == 0 ? 0.f : normal(rng) * std::ldexp(1.f, (i / 32) % 30 - 15);
   }
   for (int i = 0; i < chunks; ++i) enc[i] = i % 17 == 0 ? INFINITY : 2688.f / (1.f + i % 97);
-  DeviceArray<float> dx(x), denc(enc);
-  DeviceArray<uint8_t> packed(chunks * 16), sf(chunks * 2), packed_u(chunks * 16), sf_u(chunks * 2),
-      q8(chunks * 32), sf8(chunks), tok_packed(chunks * 16), tok_sf(chunks * 2);
-  DeviceArray<float> p(rows);
+  DeviceBuffer<float> dx(x), denc(enc);
+  DeviceBuffer<uint8_t> packed(chunks * 16), sf(chunks * 2), packed_u(chunks * 16),
+      sf_u(chunks * 2), q8(chunks * 32), sf8(chunks), tok_packed(chunks * 16), tok_sf(chunks * 2);
+  DeviceBuffer<float> p(rows);
   block_kernel<<<(chunks + 127) / 128, 128>>>(dx.get(), denc.get(), chunks, packed.get(), sf.get(),
                                               packed_u.get(), sf_u.get(), q8.get(), sf8.get());
   per_token_kernel<<<1, rows>>>(dx.get(), rows, cols, tok_packed.get(), tok_sf.get(), p.get());
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
-  const auto d_packed = packed.to_host(), d_sf = sf.to_host();
-  const auto d_packed_u = packed_u.to_host(), d_sf_u = sf_u.to_host();
-  const auto d_q8 = q8.to_host(), d_sf8 = sf8.to_host();
+  const auto d_packed = packed.download(), d_sf = sf.download();
+  const auto d_packed_u = packed_u.download(), d_sf_u = sf_u.download();
+  const auto d_q8 = q8.download(), d_sf8 = sf8.download();
   for (int i = 0; i < chunks; ++i) {
     uint8_t hp[16], hs[2], hpu[16], hsu[2], hq[32], hs8;
     for (int h = 0; h < 2; ++h) {
@@ -265,9 +223,9 @@ TEST(FormatsGpu, BlockQuantizersMatchHost) {
   std::vector<float> host_p;
   const Nvfp4Matrix tok =
       nvfp4_per_token_quantize_matrix(x.data(), rows, cols, 1.f / 2688.f, &host_p);
-  EXPECT_EQ(tok_packed.to_host(), tok.packed);
-  EXPECT_EQ(tok_sf.to_host(), tok.sf);
-  const std::vector<float> d_p = p.to_host();
+  EXPECT_EQ(tok_packed.download(), tok.packed);
+  EXPECT_EQ(tok_sf.download(), tok.sf);
+  const std::vector<float> d_p = p.download();
   for (int r = 0; r < rows; ++r) EXPECT_EQ(float_to_bits(d_p[r]), float_to_bits(host_p[r])) << r;
 }
 
