@@ -9,8 +9,6 @@ namespace ref = reference::stepfun;
 
 namespace {
 
-SfLayout layout_for_tile(int64_t tile) { return tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4; }
-
 ref::GemmTables tables_of(const TensorView& p2t, const TensorView& batch, const TensorView& limit,
                           const TensorView& num_ctas, int64_t tile) {
   ref::GemmTables t;
@@ -49,7 +47,7 @@ void cpu_fc1(const Fc1Args& a, const GemmDims& dims) {
   p.gemm1_output = a.gemm1_output.data;
   p.gemm1_output_scale =
       a.gemm1_output_scale.defined() ? a.gemm1_output_scale.ptr<uint8_t>() : nullptr;
-  p.output_scale_layout = layout_for_tile(a.tile_tokens_dim);
+  p.output_scale_layout = act_sf_layout(a.tile_tokens_dim);
   p.output_rows = a.gemm1_output.shape[0];
   ref::fc1(p);
 }
@@ -62,7 +60,7 @@ void cpu_fc2(const Fc2Args& a, const GemmDims& dims) {
   p.num_experts = dims.num_local_experts;
   p.gemm2_input = a.gemm2_input.data;
   p.gemm2_input_scale = optional_ptr<uint8_t>(a.gemm2_input_scale);
-  p.input_scale_layout = layout_for_tile(a.tile_tokens_dim);
+  p.input_scale_layout = act_sf_layout(a.tile_tokens_dim);
   p.per_token_scale = optional_ptr<float>(a.per_token_scale);
   p.gemm2_weights = a.gemm2_weights.data;
   p.gemm2_weights_scale = optional_ptr<uint8_t>(a.gemm2_weights_scale);

@@ -81,7 +81,7 @@ CudaEnqueue bind_cuda_fc1(const Fc1Args& a, const GemmDims& dims) {
                          a.tile_tokens_dim);
   p.output = a.gemm1_output.data;
   p.output_scale = a.gemm1_output_scale.defined() ? a.gemm1_output_scale.ptr<uint8_t>() : nullptr;
-  p.output_scale_layout = a.tile_tokens_dim <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
+  p.output_scale_layout = act_sf_layout(a.tile_tokens_dim);
   p.hidden = dims.hidden;
   p.intermediate = dims.intermediate;
   p.num_experts = dims.num_local_experts;
@@ -100,7 +100,7 @@ CudaEnqueue bind_cuda_fc2(const Fc2Args& a, const GemmDims& dims) {
   Fc2Params p;
   p.input = a.gemm2_input.data;
   p.input_scale = optional_ptr<uint8_t>(a.gemm2_input_scale);
-  p.input_scale_layout = a.tile_tokens_dim <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
+  p.input_scale_layout = act_sf_layout(a.tile_tokens_dim);
   p.per_token_scale = optional_ptr<float>(a.per_token_scale);
   p.weights = a.gemm2_weights.data;
   p.weights_scale = optional_ptr<uint8_t>(a.gemm2_weights_scale);

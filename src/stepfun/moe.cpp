@@ -110,7 +110,7 @@ StepFunMoeLaunch prepare_stepfun_moe(const MoeArgs& a) {
   }
   impl->plan = a.plan ? *a.plan : default_plan(problem);
   const int64_t tile = impl->plan.tile;
-  const SfLayout layout = tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
+  const SfLayout layout = act_sf_layout(tile);
   require(impl->plan.act_sf_layout == layout, "plan",
           "act_sf_layout must be r8c4 for tiles <= 64 "
           "and r128c4 above");

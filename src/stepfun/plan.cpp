@@ -6,6 +6,7 @@
 #include "cakemoe/stepfun.h"
 #include "core/check.h"
 #include "stepfun/catalog.h"
+#include "stepfun/validate.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -33,7 +34,7 @@ Plan make_plan(const ProblemDesc& p, int tile, const KernelUnit& fc1, const Kern
   plan.tile = tile;
   plan.fc1_kernel = fc1.name;
   plan.fc2_kernel = fc2.name;
-  plan.act_sf_layout = tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
+  plan.act_sf_layout = act_sf_layout(tile);
   const KernelUnit* routing = find_unit(Stage::kRouting, p.family, tile, arch);
   const KernelUnit* finalize = find_unit(Stage::kFinalize, p.family, tile, arch);
   plan.routing_variant =

@@ -145,6 +145,8 @@ int64_t act_scale_bytes(Family family, SfLayout layout, int64_t rows, int64_t in
   return formats::sf_size(layout, rows, cols);
 }
 
+SfLayout act_sf_layout(int64_t tile) { return tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4; }
+
 RoutingDims validate_routing(const RoutingArgs& a) {
   RoutingDims d;
   require(a.routing_logits.defined() != a.topk_ids.defined(), "routing_logits",
@@ -248,7 +250,7 @@ GemmDims validate_fc1(const Fc1Args& a) {
   check_table(a.cta_idx_xy_to_mn_limit, "cta_idx_xy_to_mn_limit", device, sizes.max_ctas);
   check_scalar(a.num_non_exiting_ctas, "num_non_exiting_ctas", device);
   check_scalar(a.total_num_padded_tokens, "total_num_padded_tokens", device);
-  const SfLayout layout = a.tile_tokens_dim <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
+  const SfLayout layout = act_sf_layout(a.tile_tokens_dim);
   check_fc2_input(f, a.gemm1_output, a.gemm1_output_scale, "gemm1_output", "gemm1_output_scale",
                   device, sizes.max_padded, inter, layout, true);
   return d;
@@ -288,7 +290,7 @@ GemmDims validate_fc2(const Fc2Args& a) {
   require(a.top_k > 0, "top_k", "must be > 0");
   require(a.tile_tokens_dim > 0, "tile_tokens_dim", "must be > 0");
   const TableSizes sizes = table_sizes(a.num_tokens, a.top_k, e, a.tile_tokens_dim);
-  const SfLayout layout = a.tile_tokens_dim <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
+  const SfLayout layout = act_sf_layout(a.tile_tokens_dim);
   check_fc2_input(f, a.gemm2_input, a.gemm2_input_scale, "gemm2_input", "gemm2_input_scale", device,
                   sizes.max_padded, d.intermediate, layout, false);
   check_weight_scale(f, a.gemm2_weights_scale, "gemm2_weights_scale", device, e, d.hidden,

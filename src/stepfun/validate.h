@@ -43,5 +43,9 @@ TableSizes table_sizes(int64_t num_tokens, int64_t top_k, int64_t local_num_expe
 /// cols).
 int64_t act_scale_bytes(Family family, SfLayout layout, int64_t rows, int64_t intermediate);
 
+/// Layout of the FC1-output / FC2-input activation scales at `tile` (spec §8: r8c4 for tiles
+/// <= 64, r128c4 above).
+SfLayout act_sf_layout(int64_t tile);
+
 }  // namespace stepfun
 }  // namespace cakemoe
