@@ -24,6 +24,7 @@
 #include "core/cuda_check.h"
 #include "core/parallel.h"
 #include "formats/codecs.h"
+#include "reference/stepfun/weights.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -128,14 +129,7 @@ void bm_layer(benchmark::State& state, Family f, int64_t t) {
     a.per_token_scale = keep[2];
     a.topk_ids = keep[3];
     a.topk_weights = keep[4];
-    a.gemm1_weights = w.view.gemm1_weights;
-    a.gemm1_weights_scale = w.view.gemm1_weights_scale;
-    a.output1_scale_scalar = w.view.output1_scale_scalar;
-    a.output1_scale_gate_scalar = w.view.output1_scale_gate_scalar;
-    a.gemm1_clamp_limit = w.view.gemm1_clamp_limit;
-    a.gemm2_weights = w.view.gemm2_weights;
-    a.gemm2_weights_scale = w.view.gemm2_weights_scale;
-    a.output2_scale_scalar = w.view.output2_scale_scalar;
+    reference::stepfun::set_weight_args(&a, w.view);
     a.num_experts = kE;
     a.top_k = kK;
     a.local_num_experts = kE;

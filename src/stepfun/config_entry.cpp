@@ -9,6 +9,7 @@
 #include "cakemoe/errors.h"
 #include "core/check.h"
 #include "core/cuda_util.h"
+#include "reference/stepfun/weights.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -151,14 +152,7 @@ MoeArgs moe_args(const MoEConfig& c, const StepFunWeights& w, const MoeInputs& i
   a.hidden_states = in.hidden_states;
   a.hidden_states_scale = in.hidden_states_scale;
   a.per_token_scale = in.per_token_scale;
-  a.gemm1_weights = w.gemm1_weights;
-  a.gemm1_weights_scale = w.gemm1_weights_scale;
-  a.output1_scale_scalar = w.output1_scale_scalar;
-  a.output1_scale_gate_scalar = w.output1_scale_gate_scalar;
-  a.gemm1_clamp_limit = w.gemm1_clamp_limit;
-  a.gemm2_weights = w.gemm2_weights;
-  a.gemm2_weights_scale = w.gemm2_weights_scale;
-  a.output2_scale_scalar = w.output2_scale_scalar;
+  reference::stepfun::set_weight_args(&a, w);
   a.routing_logits = in.routing_logits;
   a.topk_ids = in.topk_ids;
   a.topk_weights = in.topk_weights;

@@ -197,14 +197,7 @@ MatrixCase make_matrix_case(const MatrixWeights& w, ref::RoutingRegime regime, i
   a.hidden_states = act.hidden_states;
   a.hidden_states_scale = act.hidden_states_scale;
   a.per_token_scale = act.per_token_scale;
-  a.gemm1_weights = v.gemm1_weights;
-  a.gemm1_weights_scale = v.gemm1_weights_scale;
-  a.output1_scale_scalar = v.output1_scale_scalar;
-  a.output1_scale_gate_scalar = v.output1_scale_gate_scalar;
-  a.gemm1_clamp_limit = v.gemm1_clamp_limit;
-  a.gemm2_weights = v.gemm2_weights;
-  a.gemm2_weights_scale = v.gemm2_weights_scale;
-  a.output2_scale_scalar = v.output2_scale_scalar;
+  ref::set_weight_args(&a, v);
   if (precomputed) {
     a.topk_ids = ids;
     a.topk_weights = fp32_weights;

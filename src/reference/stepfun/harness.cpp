@@ -183,14 +183,7 @@ cakemoe::stepfun::MoeArgs layer_args(const LayerData& d) {
   a.hidden_states = d.activations.hidden_states;
   a.hidden_states_scale = d.activations.hidden_states_scale;
   a.per_token_scale = d.activations.per_token_scale;
-  a.gemm1_weights = v.gemm1_weights;
-  a.gemm1_weights_scale = v.gemm1_weights_scale;
-  a.output1_scale_scalar = v.output1_scale_scalar;
-  a.output1_scale_gate_scalar = v.output1_scale_gate_scalar;
-  a.gemm1_clamp_limit = v.gemm1_clamp_limit;
-  a.gemm2_weights = v.gemm2_weights;
-  a.gemm2_weights_scale = v.gemm2_weights_scale;
-  a.output2_scale_scalar = v.output2_scale_scalar;
+  set_weight_args(&a, v);
   if (d.config.precomputed) {
     a.topk_ids = d.topk_ids;
     a.topk_weights = d.topk_weights;

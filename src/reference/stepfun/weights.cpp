@@ -358,6 +358,17 @@ std::vector<float> dequantize_expert(const PreparedWeights& w, const WeightMatri
 
 }  // namespace
 
+void set_weight_args(::cakemoe::stepfun::MoeArgs* args, const StepFunWeights& weights) {
+  args->gemm1_weights = weights.gemm1_weights;
+  args->gemm1_weights_scale = weights.gemm1_weights_scale;
+  args->output1_scale_scalar = weights.output1_scale_scalar;
+  args->output1_scale_gate_scalar = weights.output1_scale_gate_scalar;
+  args->gemm1_clamp_limit = weights.gemm1_clamp_limit;
+  args->gemm2_weights = weights.gemm2_weights;
+  args->gemm2_weights_scale = weights.gemm2_weights_scale;
+  args->output2_scale_scalar = weights.output2_scale_scalar;
+}
+
 std::vector<float> dequantize_w1(const PreparedWeights& w, int64_t expert) {
   return dequantize_expert(w, gemm1_matrix(w.view, w.dims), w.w1_global,
                            formats::w1_row_map(w.dims.intermediate), expert);

@@ -69,6 +69,10 @@ void set_intermediate_scale(PreparedWeights* weights, double intermediate_scale_
 /// 0 for families without an FC2-input global scale.
 double default_intermediate_scale(Family family, const std::vector<float>& step_limits);
 
+/// Points the eight weight operands of `args` (gemm1/gemm2 weights, their block scales, the
+/// per-expert scalars, gemm1_clamp_limit) at the tensors of `weights`.
+void set_weight_args(::cakemoe::stepfun::MoeArgs* args, const StepFunWeights& weights);
+
 // ---- Readers of a physical weight view ----------------------------------------------------------
 
 /// One GEMM's physical weights for all local experts: W1 (gated rows) or W2.
