@@ -7,7 +7,6 @@
 #include <random>
 
 #include "core/cuda_util.h"
-#include "core/parallel.h"
 #include "formats/codecs.h"
 #include "reference/stepfun/activations.h"
 #include "reference/stepfun/oracle.h"
@@ -20,24 +19,8 @@ using stepfun::Family;
 
 namespace {
 
-constexpr int64_t kChunk = int64_t(1) << 18;
 /// |hidden| bound used for the fixed a_gs: 12 * 6 sigma.
 constexpr double kHiddenBound = 72.0;
-
-/// bf16(scale * N(0,1)), generated in fixed chunks (same values for any thread count).
-Tensor normal_bf16(const std::vector<int64_t>& shape, uint64_t seed, float scale) {
-  Tensor t = Tensor::empty(shape, DType::kBF16);
-  uint16_t* out = t.ptr<uint16_t>();
-  const int64_t n = t.numel();
-  core::parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c) {
-    std::mt19937_64 engine(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(c));
-    std::normal_distribution<float> normal(0.f, 1.f);
-    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) {
-      out[i] = formats::bf16_from_float(normal(engine) * scale);
-    }
-  });
-  return t;
-}
 
 /// Spec §10.3 routing regimes: uniform randn; ragged: token t prefers experts near
 /// floor((t*E/T)^2 / E) (logit - 0.25 * distance); randperm: the ragged rows shuffled.
@@ -90,8 +73,8 @@ std::unique_ptr<MatrixWeights> make_matrix_weights(const ref::LayerCase& shape, 
   auto w = std::make_unique<MatrixWeights>();
   w->shape = shape;
   const int64_t e = shape.num_experts, h = shape.hidden, inter = shape.intermediate;
-  const Tensor w1 = normal_bf16({e, 2 * inter, h}, shape.seed + 2, 1.f / std::sqrt(float(h)));
-  const Tensor w2 = normal_bf16({e, h, inter}, shape.seed + 3, 1.f / std::sqrt(float(inter)));
+  const Tensor w1 = ref::normal_bf16({e, 2 * inter, h}, shape.seed + 2, 1.f / std::sqrt(float(h)));
+  const Tensor w2 = ref::normal_bf16({e, h, inter}, shape.seed + 3, 1.f / std::sqrt(float(inter)));
   stepfun::WeightPrepOptions o;
   o.family = shape.family;
   o.step_limits.resize(e);
@@ -121,7 +104,7 @@ MatrixCase make_matrix_case(const MatrixWeights& w, ref::RoutingRegime regime, i
   const uint64_t seed = s.seed + 1000 * static_cast<uint64_t>(tokens) +
                         static_cast<uint64_t>(regime) * 17 + (precomputed ? 5 : 0);
   std::mt19937_64 engine(seed);
-  const Tensor hidden = normal_bf16({tokens, s.hidden}, seed + 1, 12.f);
+  const Tensor hidden = ref::normal_bf16({tokens, s.hidden}, seed + 1, 12.f);
   const Tensor logits = regime_logits(regime, tokens, s.num_experts, engine);
   ref::RoutingConfig rc;
   rc.num_tokens = tokens;

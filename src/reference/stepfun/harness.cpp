@@ -17,21 +17,6 @@ namespace reference {
 namespace stepfun {
 namespace {
 
-constexpr int64_t kChunk = int64_t(1) << 18;
-
-/// bf16(scale * N(0,1)) into `out`, generated in fixed chunks so the result does not depend on the
-/// thread count.
-void fill_normal_bf16(uint16_t* out, int64_t n, uint64_t seed, float scale) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  core::parallel_for(chunks, [&](int64_t c) {
-    std::mt19937_64 engine(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(c));
-    std::normal_distribution<float> normal(0.f, 1.f);
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; ++i)
-      out[i] = formats::bf16_from_float(normal(engine) * scale);
-  });
-}
-
 float bf16_amax(const uint16_t* x, int64_t n) {
   float amax = 0.f;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(formats::bf16_to_float(x[i])));
@@ -93,6 +78,22 @@ std::string LayerCase::describe() const {
   return os.str();
 }
 
+Tensor normal_bf16(const std::vector<int64_t>& shape, uint64_t seed, float scale) {
+  constexpr int64_t kChunk = int64_t(1) << 18;
+  Tensor t = Tensor::empty(shape, DType::kBF16);
+  uint16_t* out = t.ptr<uint16_t>();
+  const int64_t n = t.numel();
+  core::parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c) {
+    std::mt19937_64 engine(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(c));
+    std::normal_distribution<float> normal(0.f, 1.f);
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) {
+      out[i] = formats::bf16_from_float(normal(engine) * scale);
+    }
+  });
+  return t;
+}
+
 LayerData make_layer(const LayerCase& c) {
   LayerData d;
   d.config = c;
@@ -101,12 +102,9 @@ LayerData make_layer(const LayerCase& c) {
   std::mt19937_64 engine(c.seed);
 
   // Logical bf16 operands (spec §10.3).
-  Tensor hidden = Tensor::empty({t, h}, DType::kBF16);
-  Tensor w1 = Tensor::empty({e, 2 * inter, h}, DType::kBF16);
-  Tensor w2 = Tensor::empty({e, h, inter}, DType::kBF16);
-  fill_normal_bf16(hidden.ptr<uint16_t>(), hidden.numel(), c.seed + 1, 12.f);
-  fill_normal_bf16(w1.ptr<uint16_t>(), w1.numel(), c.seed + 2, 1.f / std::sqrt(float(h)));
-  fill_normal_bf16(w2.ptr<uint16_t>(), w2.numel(), c.seed + 3, 1.f / std::sqrt(float(inter)));
+  const Tensor hidden = normal_bf16({t, h}, c.seed + 1, 12.f);
+  const Tensor w1 = normal_bf16({e, 2 * inter, h}, c.seed + 2, 1.f / std::sqrt(float(h)));
+  const Tensor w2 = normal_bf16({e, h, inter}, c.seed + 3, 1.f / std::sqrt(float(inter)));
   d.routing_logits = make_logits(c, engine);
 
   // Routing the oracle follows: the Renormalize router's ids and weights.

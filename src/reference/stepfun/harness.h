@@ -49,6 +49,10 @@ struct LayerData {
   std::vector<double> oracle_output;  ///< [T, H] fp64 oracle of the layer
 };
 
+/// bf16(scale * N(0,1)) of `shape` from `seed`, generated in fixed chunks so the values do not
+/// depend on the thread count (the §10.3 data of make_layer).
+Tensor normal_bf16(const std::vector<int64_t>& shape, uint64_t seed, float scale);
+
 /// Builds a case with §10.3 data: hidden = 12*randn (bf16), W1 = randn/sqrt(H), W2 = randn/sqrt(I),
 /// logits randn (regime-shaped). Deterministic for a given config (multi-threaded generation).
 LayerData make_layer(const LayerCase& config);
