@@ -14,6 +14,10 @@
 
 namespace cakemoe {
 namespace stepfun {
+
+// NOTE: an absent optional view holds no data, so its ptr() is the nullptr the kernels read as
+// "not given".
+
 namespace {
 
 const core::KernelUnit& gemm_unit(const char* stage, Family family, int64_t tile, Device device) {
@@ -32,11 +36,6 @@ void check_aligned(const TensorView& t, const char* arg) {
   if (!t.defined()) return;
   core::require(reinterpret_cast<uintptr_t>(t.data) % 16 == 0, arg,
                 "must start on a 16-byte boundary for the CUDA GEMM kernels, got " + t.describe());
-}
-
-template <typename T>
-const T* optional_ptr(const TensorView& v) {
-  return v.defined() ? v.ptr<T>() : nullptr;
 }
 
 GemmTileTables tile_tables(const TensorView& batch, const TensorView& limit,
@@ -67,20 +66,20 @@ CudaEnqueue bind_cuda_fc1(const Fc1Args& a, const GemmDims& dims) {
   }
   Fc1Params p;
   p.hidden_states = a.hidden_states.data;
-  p.hidden_states_scale = optional_ptr<uint8_t>(a.hidden_states_scale);
-  p.per_token_scale = optional_ptr<float>(a.per_token_scale);
+  p.hidden_states_scale = a.hidden_states_scale.ptr<uint8_t>();
+  p.per_token_scale = a.per_token_scale.ptr<float>();
   p.permuted_idx_to_token_idx = a.permuted_idx_to_token_idx.ptr<int32_t>();
   p.weights = a.gemm1_weights.data;
-  p.weights_scale = optional_ptr<uint8_t>(a.gemm1_weights_scale);
-  p.scale_c = optional_ptr<float>(a.output1_scale_scalar);
-  p.scale_gate = optional_ptr<float>(a.output1_scale_gate_scalar);
+  p.weights_scale = a.gemm1_weights_scale.ptr<uint8_t>();
+  p.scale_c = a.output1_scale_scalar.ptr<float>();
+  p.scale_gate = a.output1_scale_gate_scalar.ptr<float>();
   p.clamp_limit = a.gemm1_clamp_limit.ptr<float>();
   p.num_tokens = a.hidden_states.shape[0];
   p.tables = tile_tables(a.cta_idx_xy_to_batch_idx, a.cta_idx_xy_to_mn_limit,
                          a.num_non_exiting_ctas, p.num_tokens, a.top_k, dims.num_local_experts,
                          a.tile_tokens_dim);
   p.output = a.gemm1_output.data;
-  p.output_scale = a.gemm1_output_scale.defined() ? a.gemm1_output_scale.ptr<uint8_t>() : nullptr;
+  p.output_scale = a.gemm1_output_scale.ptr<uint8_t>();
   p.output_scale_layout = act_sf_layout(a.tile_tokens_dim);
   p.hidden = dims.hidden;
   p.intermediate = dims.intermediate;
@@ -99,12 +98,12 @@ CudaEnqueue bind_cuda_fc2(const Fc2Args& a, const GemmDims& dims) {
   }
   Fc2Params p;
   p.input = a.gemm2_input.data;
-  p.input_scale = optional_ptr<uint8_t>(a.gemm2_input_scale);
+  p.input_scale = a.gemm2_input_scale.ptr<uint8_t>();
   p.input_scale_layout = act_sf_layout(a.tile_tokens_dim);
-  p.per_token_scale = optional_ptr<float>(a.per_token_scale);
+  p.per_token_scale = a.per_token_scale.ptr<float>();
   p.weights = a.gemm2_weights.data;
-  p.weights_scale = optional_ptr<uint8_t>(a.gemm2_weights_scale);
-  p.output_scale = optional_ptr<float>(a.output2_scale_scalar);
+  p.weights_scale = a.gemm2_weights_scale.ptr<uint8_t>();
+  p.output_scale = a.output2_scale_scalar.ptr<float>();
   p.tables = tile_tables(a.cta_idx_xy_to_batch_idx, a.cta_idx_xy_to_mn_limit,
                          a.num_non_exiting_ctas, a.num_tokens, a.top_k, dims.num_local_experts,
                          a.tile_tokens_dim);

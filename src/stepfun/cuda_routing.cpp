@@ -66,8 +66,7 @@ CudaEnqueue bind_cuda_routing(const RoutingArgs& a, const RoutingDims& d) {
   p.permuted_idx_to_token_idx = a.permuted_idx_to_token_idx.ptr<int32_t>();
   p.cta_idx_xy_to_batch_idx = a.cta_idx_xy_to_batch_idx.ptr<int32_t>();
   p.cta_idx_xy_to_mn_limit = a.cta_idx_xy_to_mn_limit.ptr<int32_t>();
-  p.num_tokens_per_expert =
-      a.num_tokens_per_expert.defined() ? a.num_tokens_per_expert.ptr<int32_t>() : nullptr;
+  p.num_tokens_per_expert = a.num_tokens_per_expert.ptr<int32_t>();
   p.num_non_exiting_ctas = a.num_non_exiting_ctas.ptr<int32_t>();
   p.total_num_padded_tokens = a.total_num_padded_tokens.ptr<int32_t>();
   p.histogram = a.expert_count_histogram.ptr<int32_t>();
