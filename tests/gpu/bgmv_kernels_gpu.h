@@ -17,6 +17,7 @@
 #include "bgmv/cake_launch.h"
 #include "bgmv/plan.h"
 #include "core/cuda_check.h"
+#include "formats/codecs.h"
 #include "gpu/device_buffer.h"
 #include "reference/bgmv/bgmv.h"
 
@@ -28,13 +29,8 @@ using bgmv::launch_cake_expand;
 using bgmv::launch_cake_shrink;
 using bgmv::launch_portable;
 using bgmv::PortableParams;
+using formats::float_to_bits;
 using gpu_testbed::DeviceBuffer;
-
-inline uint32_t float_bits(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  return b;
-}
 
 /// Bitwise comparison of 16-bit rows [rows][width]; names the first mismatch.
 inline ::testing::AssertionResult same_u16(const std::vector<uint16_t>& got,
@@ -69,10 +65,10 @@ inline ::testing::AssertionResult same_rows(const std::vector<float>& got,
     for (int64_t c = 0; c < stride; ++c) {
       const int64_t i = r * stride + c;
       if (c >= width) {
-        if (float_bits(got[i]) != canary && canary_bad++ == 0) first_canary = i;
+        if (float_to_bits(got[i]) != canary && canary_bad++ == 0) first_canary = i;
         continue;
       }
-      if (float_bits(got[i]) != float_bits(want[i])) {
+      if (float_to_bits(got[i]) != float_to_bits(want[i])) {
         if (bad++ == 0) first = i;
         max_err = std::fmax(max_err, std::fabs(double(got[i]) - double(want[i])));
       }
@@ -83,8 +79,8 @@ inline ::testing::AssertionResult same_rows(const std::vector<float>& got,
   os << what << ": " << bad << " of " << rows * width << " differ (max |err| " << max_err << ")";
   if (first >= 0) {
     os << "; first at row " << first / stride << " col " << first % stride << ": got "
-       << got[first] << " (0x" << std::hex << float_bits(got[first]) << ") want " << std::dec
-       << want[first] << " (0x" << std::hex << float_bits(want[first]) << ")" << std::dec;
+       << got[first] << " (0x" << std::hex << float_to_bits(got[first]) << ") want " << std::dec
+       << want[first] << " (0x" << std::hex << float_to_bits(want[first]) << ")" << std::dec;
   }
   if (canary_bad > 0) {
     os << "; " << canary_bad << " canary columns overwritten, first at row "

@@ -14,6 +14,7 @@
 #include "bgmv/bgmv_case.h"
 #include "cakemoe/bgmv.h"
 #include "core/cuda_util.h"
+#include "formats/codecs.h"
 #include "gpu/gpu_testbed.h"
 #include "reference/bgmv/bgmv.h"
 #include "testbed/testbed.h"
@@ -26,6 +27,7 @@ using bgmv::BgmvPlan;
 using bgmv_test::Case;
 using bgmv_test::CaseSpec;
 using bgmv_test::PairOrder;
+using formats::float_to_bits;
 
 /// A host case (bgmv_case.h) plus device copies of every operand.
 struct GpuCase {
@@ -124,12 +126,6 @@ inline std::vector<uint16_t> fetch_u16(const TensorView& t) {
   return std::vector<uint16_t>(host.ptr<uint16_t>(), host.ptr<uint16_t>() + host.numel());
 }
 
-inline uint32_t bits_of(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-  return u;
-}
-
 /// Bitwise equality with the first mismatch, the mismatch count and the max abs difference.
 inline ::testing::AssertionResult bitwise_equal(const std::vector<float>& got,
                                                 const std::vector<float>& want, int64_t width) {
@@ -137,7 +133,7 @@ inline ::testing::AssertionResult bitwise_equal(const std::vector<float>& got,
   int64_t first = -1, count = 0;
   double max_diff = 0.0;
   for (size_t i = 0; i < got.size(); ++i) {
-    if (bits_of(got[i]) == bits_of(want[i])) continue;
+    if (float_to_bits(got[i]) == float_to_bits(want[i])) continue;
     if (first < 0) first = static_cast<int64_t>(i);
     ++count;
     max_diff = std::fmax(max_diff, std::fabs(double(got[i]) - double(want[i])));
@@ -146,8 +142,8 @@ inline ::testing::AssertionResult bitwise_equal(const std::vector<float>& got,
   std::ostringstream os;
   os << count << " of " << got.size() << " fp32 elements differ; first at row "
      << first / width << " col " << first % width << ": got " << got[first] << " (0x" << std::hex
-     << bits_of(got[first]) << ") want " << std::dec << want[first] << " (0x" << std::hex
-     << bits_of(want[first]) << std::dec << "); max |diff| " << max_diff;
+     << float_to_bits(got[first]) << ") want " << std::dec << want[first] << " (0x" << std::hex
+     << float_to_bits(want[first]) << std::dec << "); max |diff| " << max_diff;
   return ::testing::AssertionFailure() << os.str();
 }
 

@@ -435,7 +435,7 @@ void check_portable(const PortableCase& pc) {
     for (int64_t t = 0; t < pc.tokens; ++t) {
       if (!c.active(t)) {
         for (int64_t col = 0; col < width; ++col) {
-          ASSERT_EQ(float_bits(got_f[t * width + col]), 0u) << "inactive token " << t;
+          ASSERT_EQ(float_to_bits(got_f[t * width + col]), 0u) << "inactive token " << t;
         }
       } else {
         ASSERT_GT(bgmv_test::max_abs(want_y.data() + t * width, width), 0.1);

@@ -10,6 +10,7 @@
 
 #include "bgmv/bgmv_case.h"
 #include "cakemoe/errors.h"
+#include "formats/codecs.h"
 #include "reference/bgmv/bgmv.h"
 #include "testbed/testbed.h"
 
@@ -20,12 +21,7 @@ namespace ref = reference::bgmv;
 using bgmv_test::Case;
 using bgmv_test::CaseSpec;
 using bgmv_test::make_case;
-
-uint32_t bits_of(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, sizeof(b));
-  return b;
-}
+using formats::float_to_bits;
 
 // spec §3.2 shrink, transcribed: thread tid owns K = tile*1024 + tid*8 + e (e < 8), skipped
 // past H; lanes exchange v[i] + v[i ^ off]; warps summed in order from 0.0f; splits likewise.
@@ -135,8 +131,8 @@ TEST(BgmvCanonical, ShrinkMatchesTranscription) {
           const std::vector<float> a =
               widened(c.lora_a[0], dtype, row * spec.hidden, spec.hidden);
           const float expected = transcribed_shrink(x, a, spec.hidden, splits);
-          ASSERT_EQ(bits_of(ref::shrink_dot(x.data(), a.data(), spec.hidden, splits)),
-                    bits_of(expected));
+          ASSERT_EQ(float_to_bits(ref::shrink_dot(x.data(), a.data(), spec.hidden, splits)),
+                    float_to_bits(expected));
           ASSERT_EQ(shrink[pair * spec.rank + r], ref::narrow(dtype, expected))
               << "pair " << pair << " rank " << r << " splits " << splits;
         }
@@ -166,8 +162,8 @@ TEST(BgmvCanonical, ExpandMatchesTranscription) {
       ref::run(p, params, shrink.data(), y.data(), p.feat_out);
       for (int64_t t = 0; t < p.num_tokens; ++t) {
         for (int64_t col = 0; col < p.feat_out; ++col) {
-          ASSERT_EQ(bits_of(y[t * p.feat_out + col]),
-                    bits_of(transcribed_expand(c, shrink, t, col, grouped)))
+          ASSERT_EQ(float_to_bits(y[t * p.feat_out + col]),
+                    float_to_bits(transcribed_expand(c, shrink, t, col, grouped)))
               << "rank " << rank << " grouped " << grouped << " y[" << t << ", " << col << "]";
         }
       }
@@ -219,7 +215,7 @@ TEST(BgmvCanonical, SplitsChangeBitsOnAdversarialData) {
     }
     const float one = ref::shrink_dot(xr.data(), ar.data(), 4000, 1);
     const float four = ref::shrink_dot(xr.data(), ar.data(), 4000, 4);
-    if (bits_of(one) != bits_of(four)) ++changed;
+    if (float_to_bits(one) != float_to_bits(four)) ++changed;
     EXPECT_LE(std::fabs(one - exact), 1e-2 + 1e-2 * std::fabs(exact) + 1e-6 * magnitude);
     EXPECT_LE(std::fabs(four - exact), 1e-2 + 1e-2 * std::fabs(exact) + 1e-6 * magnitude);
   }
@@ -246,7 +242,7 @@ TEST(BgmvCanonical, GroupedOrderStaysCloseToPerRoute) {
   int differ = 0;
   for (size_t i = 0; i < y1.size(); ++i) {
     EXPECT_NEAR(y1[i], y2[i], 1e-5 + 1e-5 * std::fabs(y1[i]));
-    if (bits_of(y1[i]) != bits_of(y2[i])) ++differ;
+    if (float_to_bits(y1[i]) != float_to_bits(y2[i])) ++differ;
   }
   EXPECT_GT(differ, 0) << "the grouped order should be a different summation";
 }
