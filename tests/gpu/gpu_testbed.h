@@ -1,9 +1,12 @@
-// Helpers shared by the GPU suite (label gpu): skipping without a device, host<->device copies.
+// Helpers shared by the GPU suite (label gpu): skipping without a device, host<->device copies,
+// graph capture and replay.
 #pragma once
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include "cakemoe/tensor.h"
+#include "core/cuda_check.h"
 #include "core/cuda_util.h"
 
 /// Skips the current test (and says why) when no CUDA device is visible.
@@ -20,6 +23,22 @@ namespace gpu_testbed {
 /// Synchronous copies between the host and device 0.
 inline Tensor to_device(const TensorView& host) { return core::copy_to(host, Device::cuda(0)); }
 inline Tensor to_host(const TensorView& device) { return core::copy_to(device, Device::cpu()); }
+
+/// Captures `enqueue(stream)` into a graph in global mode (an allocation or a host sync inside
+/// fails the capture), replays the graph `replays` times on `stream` and waits for it.
+template <typename Enqueue>
+void capture_and_replay(cudaStream_t stream, const Enqueue& enqueue, int replays = 1) {
+  cudaGraph_t graph = nullptr;
+  CAKEMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  enqueue(stream);
+  CAKEMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CAKEMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < replays; ++i) CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  core::cuda_stream_sync(stream);
+  CAKEMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CAKEMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+}
 
 }  // namespace gpu_testbed
 }  // namespace cakemoe

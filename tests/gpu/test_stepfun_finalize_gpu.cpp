@@ -131,17 +131,8 @@ TEST(StepFunFinalizeGpu, GraphCaptureReplaysEagerBits) {
     const Tensor eager = gpu_testbed::to_host(dev.output);
     dev = to_device(host);  // poisoned again
     const StepFunStageLaunch launch = prepare_finalize(args_of(dev));
-    cudaGraph_t graph = nullptr;
-    CAKEMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    launch.launch(stream);
-    CAKEMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    cudaGraphExec_t exec = nullptr;
-    CAKEMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    core::cuda_stream_sync(stream);
+    gpu_testbed::capture_and_replay(stream, [&](cudaStream_t s) { launch.launch(s); });
     EXPECT_TRUE(expect_same_bytes("output", eager, dev.output));
-    CAKEMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CAKEMOE_CUDA_CHECK(cudaGraphDestroy(graph));
     CAKEMOE_CUDA_CHECK(cudaStreamDestroy(stream));
   }
 }

@@ -179,17 +179,8 @@ TEST(StepFunRequantGpu, GraphCaptureReplaysEagerBits) {
   eager.per_token = gpu_testbed::to_host(dev.per_token);
   dev = to_device(host, c);  // poisoned again
   const StepFunStageLaunch launch = prepare_requant(args_of(c, dev));
-  cudaGraph_t graph = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  launch.launch(stream);
-  CAKEMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  core::cuda_stream_sync(stream);
+  gpu_testbed::capture_and_replay(stream, [&](cudaStream_t s) { launch.launch(s); });
   EXPECT_TRUE(same_outputs(eager, dev));
-  CAKEMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CAKEMOE_CUDA_CHECK(cudaGraphDestroy(graph));
   CAKEMOE_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 

@@ -309,19 +309,9 @@ TEST(StepFunRoutingGpu, GraphCaptureReplaysEagerBits) {
       }();
       dev = to_device(host);  // re-poison every output
       const StepFunStageLaunch relaunch = prepare_routing(args_of(c, dev));
-      cudaGraph_t graph = nullptr;
-      CAKEMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-      relaunch.launch(stream);
-      CAKEMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      cudaGraphExec_t exec = nullptr;
-      CAKEMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      for (int replay = 0; replay < 2; ++replay) {
-        CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      }
-      core::cuda_stream_sync(stream);
+      gpu_testbed::capture_and_replay(
+          stream, [&](cudaStream_t s) { relaunch.launch(s); }, /*replays=*/2);
       EXPECT_TRUE(same_outputs(c, eager, dev));
-      CAKEMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      CAKEMOE_CUDA_CHECK(cudaGraphDestroy(graph));
       CAKEMOE_CUDA_CHECK(cudaStreamDestroy(stream));
     }
   }
