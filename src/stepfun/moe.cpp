@@ -6,6 +6,7 @@
 #include "cakemoe/errors.h"
 #include "core/check.h"
 #include "core/cuda_util.h"
+#include "reference/stepfun/weights.h"
 #include "stepfun/launch_impl.h"
 #include "stepfun/validate.h"
 
@@ -14,8 +15,7 @@ namespace stepfun {
 namespace {
 
 using core::require;
-
-bool is_nvfp4(Family f) { return f == Family::kNVFP4 || f == Family::kNVFP4BF16Tok; }
+using reference::stepfun::is_nvfp4_family;
 
 /// Rules that belong to the layer rather than to one stage (the stages check the rest).
 void validate_layer(const MoeArgs& a) {
@@ -97,16 +97,14 @@ StepFunMoeLaunch prepare_stepfun_moe(const MoeArgs& a) {
   problem.logits_input = a.routing_logits.defined();
   problem.device = device;
   {
-    Fc1Args probe;  // only the weight view is needed to derive H and I
-    probe.family = f;
-    probe.gemm1_weights = a.gemm1_weights;
+    // H and I from the W1 view: bf16 BlockMajorK [E, H/64, 2I, 64], the others [E, 2I, H(/2)].
+    const TensorView& w1 = a.gemm1_weights;
     const bool bf16 = f == Family::kBF16;
-    require(a.gemm1_weights.ndim == (bf16 ? 4 : 3), "gemm1_weights",
+    require(w1.ndim == (bf16 ? 4 : 3), "gemm1_weights",
             std::string("family ") + family_name(f) + " expects a " + (bf16 ? "4" : "3") +
-                "-D physical weight view, got " + a.gemm1_weights.describe());
-    problem.hidden_size =
-        bf16 ? a.gemm1_weights.shape[1] * 64 : a.gemm1_weights.shape[2] * (is_nvfp4(f) ? 2 : 1);
-    problem.intermediate_size = (bf16 ? a.gemm1_weights.shape[2] : a.gemm1_weights.shape[1]) / 2;
+                "-D physical weight view, got " + w1.describe());
+    problem.hidden_size = bf16 ? w1.shape[1] * 64 : w1.shape[2] * (is_nvfp4_family(f) ? 2 : 1);
+    problem.intermediate_size = (bf16 ? w1.shape[2] : w1.shape[1]) / 2;
   }
   impl->plan = a.plan ? *a.plan : default_plan(problem);
   const int64_t tile = impl->plan.tile;
@@ -164,7 +162,7 @@ StepFunMoeLaunch prepare_stepfun_moe(const MoeArgs& a) {
   f1.top_k = k;
   f1.tile_tokens_dim = tile;
   f1.enable_pdl = a.enable_pdl;
-  if (is_nvfp4(f) && f != Family::kNVFP4BF16Tok) {
+  if (f == Family::kNVFP4) {
     f1.gemm1_output = impl->alloc({rows, inter / 2}, DType::kE2M1x2, device);
     f1.gemm1_output_scale =
         impl->alloc({act_scale_bytes(f, layout, rows, inter)}, DType::kE4M3, device);

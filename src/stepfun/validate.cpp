@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "formats/layouts.h"
+#include "reference/stepfun/weights.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -23,8 +24,9 @@ const std::initializer_list<DType> kByteFP4 = {DType::kE2M1x2, DType::kUInt8};
 const std::initializer_list<DType> kInt32 = {DType::kInt32};
 const std::initializer_list<DType> kFP32 = {DType::kFP32};
 
-bool is_nvfp4(Family f) { return f == Family::kNVFP4 || f == Family::kNVFP4BF16Tok; }
-bool has_scalars(Family f) { return is_nvfp4(f) || f == Family::kFP8; }
+using reference::stepfun::has_output_scalars;
+using reference::stepfun::has_weight_block_scales;
+using reference::stepfun::is_nvfp4_family;
 
 std::string family_rule(Family f, const std::string& what) {
   return std::string("family ") + family_name(f) + " " + what;
@@ -60,10 +62,10 @@ GemmDims dims_from_weights(Family family, const TensorView& w, bool is_w1, Devic
     rows = w.shape[2];
     k = w.shape[1] * 64;
   } else {
-    check_operand(w, arg, is_nvfp4(family) ? kByteFP4 : kByteE4M3, device);
+    check_operand(w, arg, is_nvfp4_family(family) ? kByteFP4 : kByteE4M3, device);
     check_shape(w, arg, {-1, -1, -1});
     rows = w.shape[1];
-    k = is_nvfp4(family) ? w.shape[2] * 2 : w.shape[2];
+    k = is_nvfp4_family(family) ? w.shape[2] * 2 : w.shape[2];
   }
   d.num_local_experts = w.shape[0];
   require(d.num_local_experts > 0, arg, "needs at least one local expert");
@@ -84,7 +86,7 @@ GemmDims dims_from_weights(Family family, const TensorView& w, bool is_w1, Devic
 /// Block-scale bytes of a weight: 128x4-swizzled [rows, K/vec] per expert.
 void check_weight_scale(Family family, const TensorView& s, const std::string& arg, Device device,
                         int64_t e_loc, int64_t rows, int64_t k) {
-  if (is_nvfp4(family) || family == Family::kMXFP8) {
+  if (has_weight_block_scales(family)) {
     const int64_t vec = family == Family::kMXFP8 ? 32 : 16;
     check_operand(s, arg, family == Family::kMXFP8 ? kByteUE8M0 : kByteE4M3, device);
     require(s.numel() == e_loc * formats::sf_size_128x4(rows, k / vec), arg,
@@ -99,7 +101,7 @@ void check_weight_scale(Family family, const TensorView& s, const std::string& a
 
 void check_scalars(Family family, const TensorView& s, const std::string& arg, Device device,
                    int64_t e_loc) {
-  if (has_scalars(family)) {
+  if (has_output_scalars(family)) {
     check_per_expert(s, arg, device, e_loc);
   } else {
     check_absent(s, arg, family_rule(family, "takes no per-expert output scalars"));
@@ -111,7 +113,9 @@ void check_fc2_input(Family family, const TensorView& x, const TensorView& sf,
                      const std::string& arg, const std::string& sf_arg, Device device, int64_t rows,
                      int64_t inter, SfLayout layout, bool fc1_side) {
   check_defined(x, arg);
-  if (is_nvfp4(family) && !(family == Family::kNVFP4BF16Tok && fc1_side)) {
+  // nvfp4_bf16tok's FC1 writes bf16; its FC2 input is the requantized e2m1.
+  const bool fp4 = is_nvfp4_family(family) && !(family == Family::kNVFP4BF16Tok && fc1_side);
+  if (fp4) {
     check_operand(x, arg, kByteFP4, device);
     check_shape(x, arg, {-1, inter / 2});
   } else if (family == Family::kFP8 || family == Family::kMXFP8) {
@@ -123,9 +127,7 @@ void check_fc2_input(Family family, const TensorView& x, const TensorView& sf,
   }
   require(x.shape[0] >= rows, arg,
           "needs at least max_padded = " + std::to_string(rows) + " rows, got " + x.describe());
-  const bool scaled = (is_nvfp4(family) && !(family == Family::kNVFP4BF16Tok && fc1_side)) ||
-                      family == Family::kMXFP8;
-  if (scaled) {
+  if (fp4 || family == Family::kMXFP8) {
     check_operand(sf, sf_arg, family == Family::kMXFP8 ? kByteUE8M0 : kByteE4M3, device);
     check_min_numel(sf, sf_arg, act_scale_bytes(family, layout, x.shape[0], inter));
   } else {
@@ -212,7 +214,7 @@ GemmDims validate_fc1(const Fc1Args& a) {
   const GemmDims d = dims_from_weights(f, a.gemm1_weights, true, device);
   const int64_t h = d.hidden, inter = d.intermediate, e = d.num_local_experts;
   // Activation input (spec §4.2).
-  if (is_nvfp4(f)) {
+  if (is_nvfp4_family(f)) {
     check_operand(a.hidden_states, "hidden_states", kByteFP4, device);
     check_shape(a.hidden_states, "hidden_states", {-1, h / 2});
     check_operand(a.hidden_states_scale, "hidden_states_scale", kByteE4M3, device);
