@@ -147,7 +147,7 @@ LayerData make_layer(const LayerCase& c) {
   }
 
   // Weights and activations of the family; c_gs calibrated on the oracle's activation.
-  const bool nvfp4 = c.family == Family::kNVFP4 || c.family == Family::kNVFP4BF16Tok;
+  const bool nvfp4 = is_nvfp4_family(c.family);
   const float amax = bf16_amax(hidden.ptr<uint16_t>(), hidden.numel());
   double a_gs = 0;
   if (nvfp4) a_gs = kNvfp4GlobalMax / amax;
@@ -208,7 +208,7 @@ std::string LayerCheck::summary() const {
 LayerCheck check_layer_output(const LayerData& d, const uint16_t* output) {
   LayerCheck r;
   const Family f = d.config.family;
-  const bool nvfp4 = f == Family::kNVFP4 || f == Family::kNVFP4BF16Tok;
+  const bool nvfp4 = is_nvfp4_family(f);
   r.frobenius_bar = nvfp4 ? 2e-2 : 1e-2;
   // spec §10.2 percents; mxfp8 uses our own 0.9 bar (spec §12.10) instead of FlashInfer's 0.79.
   r.percent_bar = f == Family::kBF16 ? 0.925 : f == Family::kMXFP8 ? 0.9 : 0.92;
