@@ -25,6 +25,7 @@
 #include "core/parallel.h"
 #include "formats/codecs.h"
 #include "reference/stepfun/weights.h"
+#include "stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -35,9 +36,6 @@ constexpr double kHbmRead = 4.47e12;   // bytes/s, bench/NOTES.md
 constexpr double kBf16Peak = 773e12;   // FLOP/s, bench/NOTES.md
 constexpr float kHiddenAmax = 12.f;    // hidden = 12 * uniform(-1, 1): a fixed calibration
 constexpr int kReplays = 20;           // graph replays per timed iteration
-const Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                            Family::kNVFP4BF16Tok};
-
 /// Deterministic uniform(-1, 1) from an index (splitmix64), cheap enough for 1.2e9 weights.
 float hash_uniform(uint64_t i) {
   uint64_t z = i + 0x9E3779B97F4A7C15ull;
@@ -190,7 +188,7 @@ void bm_layer(benchmark::State& state, Family f, int64_t t) {
 }
 
 void register_all() {
-  for (Family f : kFamilies) {
+  for (Family f : kAllFamilies) {
     for (int64_t t : {8, 64, 512, 2048}) {
       const std::string name = std::string("stepfun_layer/") + family_name(f) + "/T" +
                                std::to_string(t);

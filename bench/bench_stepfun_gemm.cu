@@ -15,6 +15,7 @@
 #include "core/cuda_util.h"
 #include "formats/layouts.h"
 #include "reference/stepfun/tables.h"
+#include "stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -220,9 +221,6 @@ int main() {
   std::printf("StepFun GEMM stages, H %lld I %lld E %lld K %lld (SIMT fp32 kernels)\n",
               static_cast<long long>(kH), static_cast<long long>(kI),
               static_cast<long long>(kE), static_cast<long long>(kK));
-  for (Family f : {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                   Family::kNVFP4BF16Tok}) {
-    bench_family(f);
-  }
+  for (Family f : kAllFamilies) bench_family(f);
   return 0;
 }

@@ -2,11 +2,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <vector>
 
 #include "cakemoe/stepfun.h"
 #include "core/cuda_util.h"
 #include "reference/stepfun/harness.h"
+#include "stepfun/families.h"
 
 namespace cakemoe {
 namespace tools {
@@ -32,7 +34,7 @@ void move_views(std::vector<TensorView*> views, Device device, std::vector<Tenso
 bool run_stepfun(const RunOptions& options) {
   std::vector<Family> families;
   if (options.family == "all") {
-    families = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4, Family::kNVFP4BF16Tok};
+    families.assign(std::begin(stepfun::kAllFamilies), std::end(stepfun::kAllFamilies));
   } else {
     families = {stepfun::parse_family(options.family)};
   }

@@ -8,20 +8,18 @@
 #include "cakemoe/errors.h"
 #include "core/cuda_util.h"
 #include "core/kernel_registry.h"
+#include "stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {
 namespace {
-
-const Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                            Family::kNVFP4BF16Tok};
 
 std::vector<KernelUnit> build_cpu_units() {
   std::vector<KernelUnit> units;
   units.push_back({Stage::kRouting, Family::kBF16, 0, Arch::kCpu, "cpu_routing"});
   units.push_back({Stage::kRequant, Family::kNVFP4BF16Tok, 0, Arch::kCpu, "cpu_requant_nvfp4"});
   units.push_back({Stage::kFinalize, Family::kBF16, 0, Arch::kCpu, "cpu_finalize"});
-  for (Family f : kFamilies) {
+  for (Family f : kAllFamilies) {
     for (int tile : tile_ladder()) {
       const std::string suffix = std::string(family_name(f)) + "_t" + std::to_string(tile);
       units.push_back({Stage::kFc1, f, tile, Arch::kCpu, "cpu_fc1_" + suffix});
@@ -62,7 +60,7 @@ std::vector<KernelUnit> catalog_units(Arch arch) {
   const Stage stages[] = {Stage::kRouting, Stage::kFc1, Stage::kRequant, Stage::kFc2,
                           Stage::kFinalize};
   for (Stage stage : stages) {
-    for (Family f : kFamilies) {
+    for (Family f : kAllFamilies) {
       for (int tile : tile_ladder()) {
         if (const KernelUnit* u = find_unit(stage, f, tile, arch)) units.push_back(*u);
         if (!stage_has_family(stage)) break;

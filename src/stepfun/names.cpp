@@ -3,13 +3,11 @@
 
 #include "cakemoe/stepfun.h"
 #include "core/check.h"
+#include "stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {
 namespace {
-
-constexpr Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                                Family::kNVFP4BF16Tok};
 
 }  // namespace
 
@@ -26,7 +24,7 @@ const char* family_name(Family family) {
 
 Family parse_family(const std::string& name) {
   std::string valid;
-  for (Family f : kFamilies) {
+  for (Family f : kAllFamilies) {
     if (name == family_name(f)) return f;
     valid += (valid.empty() ? "" : ", ") + std::string(family_name(f));
   }

@@ -15,15 +15,13 @@
 #include "gpu/gpu_testbed.h"
 #include "gpu/stepfun_gpu_case.h"
 #include "reference/stepfun/harness.h"
+#include "stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {
 namespace {
 namespace ref = reference::stepfun;
 namespace gt = gpu_testbed;
-
-const Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                            Family::kNVFP4BF16Tok};
 
 /// Captures `body(stream)` into a graph with the global capture mode. Returns "" and the graph on
 /// success, else why the capture failed (the capture is always ended and errors cleared).
@@ -165,7 +163,7 @@ TEST_P(StepFunGraphSmall, LaunchNeitherAllocatesNorSynchronises) {
   cudaStreamDestroy(stream);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFamilies, StepFunGraphSmall, ::testing::ValuesIn(kFamilies),
+INSTANTIATE_TEST_SUITE_P(AllFamilies, StepFunGraphSmall, ::testing::ValuesIn(kAllFamilies),
                          [](const auto& info) { return std::string(family_name(info.param)); });
 
 // The check above can fail: a body that allocates, or one that synchronises, breaks the capture.

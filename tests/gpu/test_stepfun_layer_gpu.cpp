@@ -20,6 +20,7 @@
 #include "gpu/gpu_testbed.h"
 #include "gpu/stepfun_gpu_case.h"
 #include "gpu/stepfun_gpu_matrix.h"
+#include "stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -27,8 +28,6 @@ namespace {
 namespace ref = reference::stepfun;
 namespace gt = gpu_testbed;
 
-const Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                            Family::kNVFP4BF16Tok};
 const ref::LimitMode kLimits[] = {ref::LimitMode::k7, ref::LimitMode::k16, ref::LimitMode::kMixed};
 const ref::RoutingRegime kRegimes[] = {ref::RoutingRegime::kUniform, ref::RoutingRegime::kRagged,
                                        ref::RoutingRegime::kRandperm};
@@ -104,7 +103,7 @@ using MatrixParam = std::tuple<Family, ref::LimitMode>;
 
 int family_index(Family f) {
   int i = 0;
-  while (kFamilies[i] != f) ++i;
+  while (kAllFamilies[i] != f) ++i;
   return i;
 }
 
@@ -140,7 +139,7 @@ TEST_P(StepFunLayerMatrix, TablesBitwiseAndOutputWithinTolerance) {
 
 INSTANTIATE_TEST_SUITE_P(
     Spec103, StepFunLayerMatrix,
-    ::testing::Combine(::testing::ValuesIn(kFamilies), ::testing::ValuesIn(kLimits)),
+    ::testing::Combine(::testing::ValuesIn(kAllFamilies), ::testing::ValuesIn(kLimits)),
     [](const ::testing::TestParamInfo<MatrixParam>& info) {
       return std::string(family_name(std::get<0>(info.param))) + "_limits" +
              ref::limit_mode_name(std::get<1>(info.param));
@@ -168,7 +167,7 @@ TEST_P(StepFun35Layer, PrecomputedRoutingE288) {
             full ? std::vector<int64_t>{1, 16, 256, 2048} : std::vector<int64_t>{1, 16, 256}, true);
 }
 
-INSTANTIATE_TEST_SUITE_P(Step35, StepFun35Layer, ::testing::ValuesIn(kFamilies),
+INSTANTIATE_TEST_SUITE_P(Step35, StepFun35Layer, ::testing::ValuesIn(kAllFamilies),
                          [](const auto& info) { return std::string(family_name(info.param)); });
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "reference/stepfun/weights.h"
 #include "gpu/gpu_testbed.h"
 #include "gpu/stepfun_gpu_case.h"
+#include "stepfun/families.h"
 #include "stepfun/validate.h"
 #include "testbed/testbed.h"
 
@@ -28,8 +29,6 @@ namespace ref = reference::stepfun;
 namespace gt = gpu_testbed;
 using testbed::random_bf16;
 
-const Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                            Family::kNVFP4BF16Tok};
 constexpr int kIntPoison = 0x5A;  // testbed::poison's byte for integer tables
 constexpr int kPoison = 0xFF;     // ... and for floating-point buffers
 
@@ -290,7 +289,7 @@ TEST_P(StepFunStagesSmall, StagesMatchCpuReferenceAndPreparedLayer) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFamilies, StepFunStagesSmall, ::testing::ValuesIn(kFamilies),
+INSTANTIATE_TEST_SUITE_P(AllFamilies, StepFunStagesSmall, ::testing::ValuesIn(kAllFamilies),
                          [](const auto& info) { return std::string(family_name(info.param)); });
 
 /// Device preparation (host round trip) gives the host preparation's bytes on the device, and
@@ -310,7 +309,7 @@ TEST(StepFunConfigSmall, DevicePreparationAndRunMoe) {
   const Tensor w1_dev = gt::to_device(w1), w2_dev = gt::to_device(w2);
   const Tensor hidden_dev = gt::to_device(hidden), logits_dev = gt::to_device(logits);
   const std::vector<float> limits = {7.f, 16.f, 7.f, 16.f, 7.f, 16.f, 7.f, 16.f};
-  for (Family f : kFamilies) {
+  for (Family f : kAllFamilies) {
     SCOPED_TRACE(family_name(f));
     MoEConfig c;
     c.routing.num_experts = kE;

@@ -19,6 +19,7 @@
 #include "reference/stepfun/requant.h"
 #include "reference/stepfun/tables.h"
 #include "reference/stepfun/weights.h"
+#include "stepfun/families.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {
@@ -26,8 +27,7 @@ namespace reference {
 namespace stepfun {
 namespace testing {
 
-constexpr Family kAllFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                                   Family::kNVFP4BF16Tok};
+using ::cakemoe::stepfun::kAllFamilies;
 
 inline const char* name(Family f) { return ::cakemoe::stepfun::family_name(f); }
 

@@ -13,15 +13,13 @@
 #include "cakemoe/errors.h"
 #include "formats/codecs.h"
 #include "reference/stepfun/harness.h"
+#include "stepfun/families.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {
 namespace stepfun {
 namespace {
 namespace ref = reference::stepfun;
-
-const Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                            Family::kNVFP4BF16Tok};
 
 enum class Kind { kInvalid, kUnsupported };
 
@@ -92,7 +90,7 @@ TEST(Config, QuantPairsSelectTheFamilies) {
   EXPECT_EQ(family_of({QuantFormat::kFP8PerTensor, QuantFormat::kFP8PerTensor, false}),
             Family::kFP8);
   EXPECT_EQ(family_of({QuantFormat::kMXFP8, QuantFormat::kMXFP8, false}), Family::kMXFP8);
-  for (Family f : kFamilies) EXPECT_EQ(family_of(quant_of(f)), f) << family_name(f);
+  for (Family f : kAllFamilies) EXPECT_EQ(family_of(quant_of(f)), f) << family_name(f);
   const QuantConfig rejected[] = {
       {QuantFormat::kNVFP4, QuantFormat::kBF16, false},
       {QuantFormat::kMXFP8, QuantFormat::kBF16, false},
@@ -108,7 +106,7 @@ TEST(Config, QuantPairsSelectTheFamilies) {
 }
 
 TEST(Config, ValidConfigsPassForEveryFamily) {
-  for (Family f : kFamilies) EXPECT_EQ(validate_config(valid_config(f)), f) << family_name(f);
+  for (Family f : kAllFamilies) EXPECT_EQ(validate_config(valid_config(f)), f) << family_name(f);
   MoEConfig c = valid_config();
   c.routing.n_group = 1;
   c.routing.topk_group = 1;

@@ -12,6 +12,7 @@
 #include "cakemoe/config.h"
 #include "cakemoe/errors.h"
 #include "reference/stepfun/harness.h"
+#include "stepfun/families.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {
@@ -19,9 +20,6 @@ namespace stepfun {
 namespace {
 namespace ref = reference::stepfun;
 using testbed::random_bf16;
-
-const Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                            Family::kNVFP4BF16Tok};
 
 template <typename Error>
 void expect_named(const std::function<void()>& fn, const std::string& arg,
@@ -70,7 +68,7 @@ TEST(ConfigWeights, LimitsInFamilyUnitsAndLocalSlices) {
   testbed::Rng rng(31);
   const Tensor w1 = random_bf16({kE, 2 * kI, kH}, rng, 0.1f);
   const Tensor w2 = random_bf16({kE, kH, kI}, rng, 0.1f);
-  for (Family f : kFamilies) {
+  for (Family f : kAllFamilies) {
     SCOPED_TRACE(family_name(f));
     MoEConfig c = weight_config(f);
     const double a_gs = 2.5;
@@ -227,7 +225,7 @@ TEST_P(ConfigRun, PrecomputedLocalExpertsAndDoFinalizeFalse) {
   EXPECT_GT(compared, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFamilies, ConfigRun, ::testing::ValuesIn(kFamilies),
+INSTANTIATE_TEST_SUITE_P(AllFamilies, ConfigRun, ::testing::ValuesIn(kAllFamilies),
                          [](const auto& info) { return std::string(family_name(info.param)); });
 
 TEST(ConfigRunChecks, PairingOfConfigWeightsAndInputs) {

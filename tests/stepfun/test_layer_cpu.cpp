@@ -7,15 +7,13 @@
 #include "cakemoe/stepfun.h"
 #include "formats/codecs.h"
 #include "reference/stepfun/harness.h"
+#include "stepfun/families.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {
 namespace stepfun {
 namespace {
 namespace ref = reference::stepfun;
-
-const Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                            Family::kNVFP4BF16Tok};
 
 ref::LayerCase small_case(Family f) {
   ref::LayerCase c;
@@ -66,7 +64,7 @@ TEST_P(LayerPerFamily, PrecomputedRoutingAndLocalExperts) {
   EXPECT_TRUE(check.pass) << c.describe() << ": " << check.summary();
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFamilies, LayerPerFamily, ::testing::ValuesIn(kFamilies),
+INSTANTIATE_TEST_SUITE_P(AllFamilies, LayerPerFamily, ::testing::ValuesIn(kAllFamilies),
                          [](const auto& info) { return std::string(family_name(info.param)); });
 
 TEST(Layer, OneShotEqualsPreparedAndDoFinalizeFalseRecombines) {

@@ -10,6 +10,7 @@
 #include "cakemoe/errors.h"
 #include "cakemoe/stepfun.h"
 #include "formats/layouts.h"
+#include "stepfun/families.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {
@@ -93,11 +94,8 @@ void expect_rejected(const Args& valid, const std::function<void(Args&)>& mutate
   }
 }
 
-const Family kFamilies[] = {Family::kBF16, Family::kFP8, Family::kMXFP8, Family::kNVFP4,
-                            Family::kNVFP4BF16Tok};
-
 TEST(Fc1Validation, ValidArgumentsBind) {
-  for (Family f : kFamilies) {
+  for (Family f : kAllFamilies) {
     Pool pool;
     EXPECT_NO_THROW(prepare_fc1(valid_fc1(pool, f))) << family_name(f);
   }
@@ -106,7 +104,7 @@ TEST(Fc1Validation, ValidArgumentsBind) {
 TEST(Fc1Validation, RejectsEachBrokenRule) {
   using M = std::function<void(Fc1Args&)>;
   const auto prep = [](const Fc1Args& a) { prepare_fc1(a); };
-  for (Family f : kFamilies) {
+  for (Family f : kAllFamilies) {
     Pool pool;
     const Fc1Args ok = valid_fc1(pool, f);
     const std::string fam = family_name(f);
@@ -310,7 +308,7 @@ Fc2Args valid_fc2(Pool& pool, const Fc1Args& f1) {
 TEST(Fc2Validation, RejectsEachBrokenRule) {
   using M = std::function<void(Fc2Args&)>;
   const auto prep = [](const Fc2Args& a) { prepare_fc2(a); };
-  for (Family f : kFamilies) {
+  for (Family f : kAllFamilies) {
     Pool pool;
     const Fc2Args ok = valid_fc2(pool, valid_fc1(pool, f));
     const std::string fam = family_name(f);
