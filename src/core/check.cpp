@@ -5,6 +5,11 @@
 namespace cakemoe {
 namespace core {
 
+std::string device_string(Device device) {
+  return device.type == DeviceType::kCPU ? std::string("cpu")
+                                         : "cuda:" + std::to_string(device.index);
+}
+
 std::string shape_string(std::initializer_list<int64_t> shape) {
   std::ostringstream os;
   os << "[";
@@ -62,11 +67,8 @@ void check_contiguous(const TensorView& t, const std::string& arg) {
 
 void check_device(const TensorView& t, const std::string& arg, Device device) {
   if (t.device == device) return;
-  const auto name = [](Device d) {
-    return d.type == DeviceType::kCPU ? std::string("cpu") : "cuda:" + std::to_string(d.index);
-  };
-  throw InvalidArgument(
-      arg, "must be on " + name(device) + " like the other operands, got " + name(t.device));
+  throw InvalidArgument(arg, "must be on " + device_string(device) +
+                                 " like the other operands, got " + device_string(t.device));
 }
 
 void check_min_numel(const TensorView& t, const std::string& arg, int64_t min_numel) {

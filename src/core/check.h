@@ -43,6 +43,8 @@ void check_operand(const TensorView& t, const std::string& arg,
 
 /// "[4, 8]" for messages.
 std::string shape_string(std::initializer_list<int64_t> shape);
+/// "cpu" or "cuda:N" for messages.
+std::string device_string(Device device);
 
 }  // namespace core
 }  // namespace cakemoe

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cakemoe/errors.h"
+#include "core/check.h"
 
 namespace cakemoe {
 namespace {
@@ -86,8 +87,7 @@ std::string TensorView::describe() const {
   std::ostringstream os;
   os << "[";
   for (int d = 0; d < ndim; ++d) os << (d ? ", " : "") << shape[d];
-  os << "] " << dtype_name(dtype) << " "
-     << (device.type == DeviceType::kCPU ? "cpu" : "cuda:" + std::to_string(device.index));
+  os << "] " << dtype_name(dtype) << " " << core::device_string(device);
   return os.str();
 }
 

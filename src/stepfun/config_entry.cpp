@@ -38,10 +38,6 @@ void require_family(const StepFunWeights& w, Family family) {
               " but the config's quant selects " + family_name(family));
 }
 
-std::string device_string(Device d) {
-  return d.type == DeviceType::kCPU ? std::string("cpu") : "cuda:" + std::to_string(d.index);
-}
-
 }  // namespace
 
 void check_full_path_env() {
@@ -144,7 +140,7 @@ MoeArgs moe_args(const MoEConfig& c, const StepFunWeights& w, const MoeInputs& i
     const int cc = core::cuda_capability(device.index);
     require_supported(CakeStepFunConfig::supported(cc), "backend",
                       "cake_stepfun has kernels for compute capability 90, 100 and 103; " +
-                          device_string(device) + " is " + std::to_string(cc));
+                          core::device_string(device) + " is " + std::to_string(cc));
   }
 
   MoeArgs a;

@@ -2,6 +2,7 @@
 #include "stepfun/device_prep.h"
 
 #include "cakemoe/errors.h"
+#include "core/check.h"
 #include "core/cuda_util.h"
 
 #if defined(CAKEMOE_WITH_CUDA)
@@ -12,18 +13,10 @@
 
 namespace cakemoe {
 namespace stepfun {
-namespace {
-
-std::string device_name(Device d) {
-  return d.type == DeviceType::kCPU ? std::string("cpu") : "cuda:" + std::to_string(d.index);
-}
-
-}  // namespace
-
 void require_device_memory(const TensorView& t, const std::string& arg, const char* what) {
   const Device d = t.device;
   if (d.index < 0 || d.index >= core::cuda_device_count()) {
-    throw Unsupported(arg, std::string(what) + " on device " + device_name(d) +
+    throw Unsupported(arg, std::string(what) + " on device " + core::device_string(d) +
                                " needs a CUDA build of cakemoe and that device visible; pass "
                                "CPU tensors to use the reference engine");
   }
@@ -34,7 +27,7 @@ void require_device_memory(const TensorView& t, const std::string& arg, const ch
                           attributes.type == cudaMemoryTypeManaged) &&
                          attributes.device == d.index;
   if (!on_device) {
-    throw InvalidArgument(arg, "is labelled " + device_name(d) +
+    throw InvalidArgument(arg, "is labelled " + core::device_string(d) +
                                    " but its pointer is not memory of that device");
   }
 #endif
