@@ -105,7 +105,6 @@ void CudaPlan::run(Stream stream) {
     CAKEMOE_CUDA_CHECK(status);
     graph_exec_ = exec;
     owner_ = stream;
-    has_owner_ = true;
   } else if (stream != owner_) {
     throw InvalidArgument("stream", "a BGMV plan must replay on its original CUDA stream (the "
                                     "stream of its first run); call close() to rebind");
@@ -115,7 +114,7 @@ void CudaPlan::run(Stream stream) {
 
 void CudaPlan::close() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (graph_exec_ != nullptr && has_owner_) {
+  if (graph_exec_ != nullptr) {
     DeviceGuard device(device_index_);
     const cudaError_t status = cudaStreamSynchronize(as_stream(owner_));
     destroy_graph();
@@ -133,7 +132,6 @@ void CudaPlan::destroy_graph() noexcept {
   graph_ = nullptr;
   side_stream_ = nullptr;
   owner_ = nullptr;
-  has_owner_ = false;
 }
 
 #else

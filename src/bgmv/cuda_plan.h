@@ -46,8 +46,7 @@ class CudaPlan {
   void* graph_ = nullptr;       // cudaGraph_t
   void* graph_exec_ = nullptr;  // cudaGraphExec_t
   void* side_stream_ = nullptr; // cudaStream_t used for capture
-  Stream owner_ = nullptr;
-  bool has_owner_ = false;
+  Stream owner_ = nullptr;      // stream of the first replay; meaningful while graph_exec_ is set
 };
 
 }  // namespace bgmv
