@@ -2,10 +2,13 @@
 // Header-only so that tests/bgmv and tests/reference can both use it.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "cakemoe/tensor.h"
@@ -192,6 +195,25 @@ inline double max_abs(const float* v, int64_t n) {
   double m = 0.0;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<double>(v[i])));
   return m;
+}
+
+/// y (dense [T, S*F]) within atol = rtol = 1e-2 of the fp64 oracle (shrink not rounded, spec
+/// §11.2), and every active token's row reaches max |y| > 0.1 (guards vacuous passes).
+inline void expect_close_to_oracle(const Case& c, const std::vector<float>& y,
+                                   const std::string& label) {
+  const std::vector<double> want = reference::bgmv::oracle_y(c.problem(), false);
+  const std::vector<double> got(y.begin(), y.end());
+  const int64_t bad = testbed::first_mismatch(got, want, 1e-2, 1e-2);
+  const int64_t width = c.feat_out() * c.spec.slices;
+  EXPECT_EQ(bad, -1) << label << ": first oracle mismatch at row " << bad / width << " col "
+                     << bad % width << ": got " << (bad >= 0 ? got[bad] : 0.0) << " want "
+                     << (bad >= 0 ? want[bad] : 0.0)
+                     << "; rel_frob=" << testbed::relative_frobenius(got, want);
+  for (int64_t t = 0; t < c.spec.tokens; ++t) {
+    if (c.active(t)) {
+      EXPECT_GT(max_abs(y.data() + t * width, width), 0.1) << label << " token " << t;
+    }
+  }
 }
 
 }  // namespace bgmv_test

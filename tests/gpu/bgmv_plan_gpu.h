@@ -26,6 +26,7 @@ using bgmv::BgmvOptions;
 using bgmv::BgmvPlan;
 using bgmv_test::Case;
 using bgmv_test::CaseSpec;
+using bgmv_test::expect_close_to_oracle;
 using bgmv_test::PairOrder;
 using formats::float_to_bits;
 
@@ -179,25 +180,6 @@ inline ::testing::AssertionResult allclose(const std::vector<float>& got,
            << i % width << ": got " << g << " want " << w;
   }
   return ::testing::AssertionSuccess();
-}
-
-/// atol = rtol = 1e-2 against the fp64 oracle (shrink not rounded, spec §11.2), and every active
-/// token's row reaches max |y| > 0.1 (guards vacuous passes).
-inline void expect_matches_oracle(const Case& c, const std::vector<float>& y,
-                                  const std::string& label) {
-  const std::vector<double> want = reference::bgmv::oracle_y(c.problem(), false);
-  const std::vector<double> got(y.begin(), y.end());
-  const int64_t bad = testbed::first_mismatch(got, want, 1e-2, 1e-2);
-  const int64_t width = c.feat_out() * c.spec.slices;
-  EXPECT_EQ(bad, -1) << label << ": first oracle mismatch at row " << bad / width << " col "
-                     << bad % width << ": got " << (bad >= 0 ? got[bad] : 0.0) << " want "
-                     << (bad >= 0 ? want[bad] : 0.0)
-                     << "; rel_frob=" << testbed::relative_frobenius(got, want);
-  for (int64_t t = 0; t < c.spec.tokens; ++t) {
-    if (c.active(t)) {
-      EXPECT_GT(bgmv_test::max_abs(y.data() + t * width, width), 0.1) << label << " token " << t;
-    }
-  }
 }
 
 }  // namespace bgmv_gpu

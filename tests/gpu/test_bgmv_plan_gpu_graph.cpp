@@ -36,7 +36,7 @@ void expect_gpu_equals_cpu(GpuCase& g, const BgmvOptions& options, const std::st
   cpu.run(nullptr);
   const std::vector<float> y = fetch_y(gpu.y_accum());
   EXPECT_TRUE(bitwise_equal(y, fetch_y(cpu.y_accum()), g.host.spec.hidden)) << label;
-  expect_matches_oracle(g.host, y, label);
+  expect_close_to_oracle(g.host, y, label);
 }
 
 TEST(BgmvPlanGpuRouting, SmallPaddingExtraRouteAndNoLora) {
@@ -196,7 +196,7 @@ TEST(BgmvPlanGpuGraph, SmallWrongStreamRaisesAndCloseRebinds) {
     plan.close();
     poison_and_run(plan, s2);
     CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s2));
-    expect_matches_oracle(g.host, fetch_y(plan.y_accum()), portable ? "portable" : "cake");
+    expect_close_to_oracle(g.host, fetch_y(plan.y_accum()), portable ? "portable" : "cake");
     EXPECT_THROW(plan.run(s1), InvalidArgument);
     plan.close();
     plan.close();  // idempotent
@@ -241,8 +241,8 @@ TEST(BgmvPlanGpuPortable, FallbackShapesMatchOracle) {
     EXPECT_FALSE(plan.schedule_id().has_value());
     for (int i = 0; i < 3; ++i) {
       poison_and_run(plan, nullptr);
-      expect_matches_oracle(g.host, fetch_y(plan.y_accum()), label + " run " +
-                                                                 std::to_string(i));
+      expect_close_to_oracle(g.host, fetch_y(plan.y_accum()),
+                             label + " run " + std::to_string(i));
     }
     BgmvOptions strict;
     strict.fallback = false;
