@@ -54,23 +54,6 @@ const char* stage_name(Stage stage) {
   return "?";
 }
 
-std::vector<KernelUnit> catalog_units(Arch arch) {
-  if (arch == Arch::kCpu) return build_cpu_units();
-  std::vector<KernelUnit> units;
-  const Stage stages[] = {Stage::kRouting, Stage::kFc1, Stage::kRequant, Stage::kFc2,
-                          Stage::kFinalize};
-  for (Stage stage : stages) {
-    for (Family f : kAllFamilies) {
-      for (int tile : tile_ladder()) {
-        if (const KernelUnit* u = find_unit(stage, f, tile, arch)) units.push_back(*u);
-        if (!stage_has_family(stage)) break;
-      }
-      if (!stage_has_family(stage)) break;
-    }
-  }
-  return units;
-}
-
 Arch arch_of(Device device) {
   if (device.type == DeviceType::kCPU) return Arch::kCpu;
   const int cc = core::cuda_capability(device.index);

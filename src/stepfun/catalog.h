@@ -25,8 +25,6 @@ struct KernelUnit {
 const char* stage_name(Stage stage);
 /// The dense tile ladder every family supports (spec §8 DECISION).
 const std::vector<int>& tile_ladder();
-/// Every unit usable on `arch`.
-std::vector<KernelUnit> catalog_units(Arch arch);
 /// The arch a device runs (kCpu for the CPU backend). Throws Unsupported for unknown devices.
 Arch arch_of(Device device);
 /// The unit for (stage, family, tile) on `arch`, or nullptr.
