@@ -1,9 +1,12 @@
 // Helpers shared by the GPU suite (label gpu): skipping without a device, host<->device copies,
-// graph capture and replay.
+// byte comparisons naming the first mismatch, graph capture and replay.
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+
+#include <cstddef>
+#include <string>
 
 #include "cakemoe/tensor.h"
 #include "core/cuda_check.h"
@@ -23,6 +26,21 @@ namespace gpu_testbed {
 /// Synchronous copies between the host and device 0.
 inline Tensor to_device(const TensorView& host) { return core::copy_to(host, Device::cuda(0)); }
 inline Tensor to_host(const TensorView& device) { return core::copy_to(device, Device::cpu()); }
+
+/// "" when the first `bytes` bytes of host buffers a and b are equal, else where they first differ
+/// (element index in `element_bytes` units, both values in hex) and how many elements differ.
+std::string diff_bytes(const void* a, const void* b, size_t bytes, size_t element_bytes);
+/// Device view vs host view of the same shape: diff_bytes of their contents.
+std::string diff_device_host(const TensorView& device, const TensorView& host);
+/// True when `device` (a CUDA tensor) holds exactly the bytes of `expected` (a CPU tensor);
+/// otherwise records a failure naming `what` and the diff_device_host text.
+inline bool expect_same_bytes(const std::string& what, const TensorView& expected,
+                              const TensorView& device) {
+  const std::string diff = diff_device_host(device, expected);
+  if (diff.empty()) return true;
+  ADD_FAILURE() << what << ": " << diff;
+  return false;
+}
 
 /// Captures `enqueue(stream)` into a graph in global mode (an allocation or a host sync inside
 /// fails the capture), replays the graph `replays` times on `stream` and waits for it.

@@ -1,5 +1,5 @@
-// Helpers of the StepFun GPU suite: device copies of a layer's arguments, the CPU routing
-// reference of a case, and byte comparisons that say where two buffers first differ.
+// Helpers of the StepFun GPU suite: device copies of a layer's arguments and the CPU routing
+// reference of a case (byte comparisons live in gpu_testbed.h).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cakemoe/stepfun.h"
+#include "gpu/gpu_testbed.h"
 #include "reference/stepfun/harness.h"
 
 namespace cakemoe {
@@ -39,11 +40,6 @@ struct HostTables {
 };
 HostTables cpu_routing(const stepfun::MoeArgs& host, int64_t tile);
 
-/// "" when the first `bytes` bytes of host buffers a and b are equal, else where they first differ
-/// (element index in `element_bytes` units, both values in hex) and how many elements differ.
-std::string diff_bytes(const void* a, const void* b, size_t bytes, size_t element_bytes);
-/// Device view vs host view of the same shape: diff_bytes of their contents.
-std::string diff_device_host(const TensorView& device, const TensorView& host);
 
 }  // namespace gpu_testbed
 }  // namespace cakemoe

@@ -13,7 +13,6 @@
 #include "core/cuda_check.h"
 #include "formats/codecs.h"
 #include "gpu_testbed.h"
-#include "test_stepfun_routing_gpu.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {

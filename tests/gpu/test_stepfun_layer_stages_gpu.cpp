@@ -138,9 +138,6 @@ Chain bind_chain(const MoeArgs& dev, int64_t tokens, int64_t hidden, int64_t int
   return c;
 }
 
-/// A host tensor with the bytes of `device`, and a CPU-side copy of args pointing at host buffers.
-Tensor host_copy(const TensorView& device) { return gt::to_host(device); }
-
 void expect_same(const TensorView& device, const TensorView& host, const std::string& name) {
   const std::string diff = gt::diff_device_host(device, host);
   EXPECT_EQ(diff, "") << name << " differs from the CPU reference";
@@ -214,7 +211,7 @@ TEST_P(StepFunStagesSmall, StagesMatchCpuReferenceAndPreparedLayer) {
       requant(c.q);
       core::cuda_stream_sync(nullptr);
       RequantArgs hq = c.q;
-      const Tensor in = host_copy(c.q.gemm1_output);
+      const Tensor in = gt::to_host(c.q.gemm1_output);
       Tensor out = Tensor::empty(c.q.output.sizes(), c.q.output.dtype);
       Tensor sf = Tensor::empty(c.q.output_scale.sizes(), c.q.output_scale.dtype);
       Tensor pts = Tensor::empty(c.q.per_token_scale.sizes(), DType::kFP32);
@@ -235,7 +232,7 @@ TEST_P(StepFunStagesSmall, StagesMatchCpuReferenceAndPreparedLayer) {
     finalize(c.fin);
     core::cuda_stream_sync(nullptr);
     FinalizeArgs hf = c.fin;
-    const Tensor g2 = host_copy(c.fin.gemm2_output);
+    const Tensor g2 = gt::to_host(c.fin.gemm2_output);
     Tensor out = Tensor::empty({t, h}, DType::kBF16);
     testbed::poison(out);
     hf.gemm2_output = g2;
@@ -245,7 +242,7 @@ TEST_P(StepFunStagesSmall, StagesMatchCpuReferenceAndPreparedLayer) {
     hf.output = out;
     finalize(hf);
     expect_same(c.fin.output, out, "finalize output");
-    const Tensor staged = host_copy(c.fin.output);
+    const Tensor staged = gt::to_host(c.fin.output);
     const ref::LayerCheck check = ref::check_layer_output(d, staged.ptr<uint16_t>());
     EXPECT_TRUE(check.pass) << "per-stage output: " << check.summary();
 
@@ -277,7 +274,7 @@ TEST_P(StepFunStagesSmall, StagesMatchCpuReferenceAndPreparedLayer) {
     ASSERT_EQ(cpu_outs.size(), 3u);
     expect_same(outs[1], cpu_outs[1], "do_finalize=false expert_weights vs CPU backend");
     expect_same(outs[2], cpu_outs[2], "do_finalize=false e2p vs CPU backend");
-    const Tensor rows = host_copy(outs[0]);
+    const Tensor rows = gt::to_host(outs[0]);
     const int32_t* e2p = cpu.expanded_idx_to_permuted_idx.ptr<int32_t>();
     for (int64_t i = 0; i < t * d.config.top_k; ++i) {
       if (e2p[i] < 0) continue;

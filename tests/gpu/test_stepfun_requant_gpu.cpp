@@ -18,7 +18,6 @@
 #include "formats/codecs.h"
 #include "formats/layouts.h"
 #include "gpu_testbed.h"
-#include "test_stepfun_routing_gpu.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {
