@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_hash.cuh"
 #include "bgmv/plan_impl.h"
 #include "cakemoe/bgmv.h"
 #include "core/cuda_check.h"
@@ -35,10 +36,7 @@ constexpr size_t kFlushBytes = 256ull << 20;
 __global__ void fill_bf16_kernel(uint16_t* dst, int64_t n, uint32_t seed, float scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
+    const uint32_t h = bench::hash_index(i, seed);
     const float v = (static_cast<float>(h & 0xFFFF) / 32768.0f - 1.0f) * scale;
     uint32_t bits;
     memcpy(&bits, &v, sizeof bits);

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_hash.cuh"
 #include "cakemoe/stepfun.h"
 #include "core/cuda_check.h"
 #include "core/cuda_util.h"
@@ -29,10 +30,7 @@ __global__ void fill_kernel(uint8_t* p, int64_t n, uint32_t seed, uint16_t and_m
                             uint16_t or_mask) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
+    const uint32_t h = bench::hash_index(i, seed);
     const int shift = (i & 1) ? 8 : 0;
     p[i] = static_cast<uint8_t>((h & (and_mask >> shift)) | (or_mask >> shift));
   }
