@@ -15,6 +15,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_util.h"
 #include "formats/layouts.h"
+#include "gpu/cuda_timing.h"
 #include "reference/stepfun/tables.h"
 #include "stepfun/families.h"
 
@@ -107,23 +108,6 @@ void activations(Family f, int64_t rows, int64_t k, SfLayout layout, uint32_t se
   }
 }
 
-template <typename F>
-double time_ms(const F& body) {
-  cudaEvent_t start, stop;
-  CAKEMOE_CUDA_CHECK(cudaEventCreate(&start));
-  CAKEMOE_CUDA_CHECK(cudaEventCreate(&stop));
-  body();
-  CAKEMOE_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < kLaunches; ++i) body();
-  CAKEMOE_CUDA_CHECK(cudaEventRecord(stop));
-  CAKEMOE_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CAKEMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / kLaunches;
-}
-
 void bench_family(Family f) {
   Tensor w1, w1s, w2, w2s;
   weights(f, 2 * kI, kH, 11, &w1, &w1s);
@@ -196,8 +180,8 @@ void bench_family(Family f) {
     a2.num_tokens = t, a2.top_k = kK, a2.tile_tokens_dim = tile;
 
     const StepFunStageLaunch fc1 = prepare_fc1(a1), fc2 = prepare_fc2(a2);
-    const double ms1 = time_ms([&] { fc1.launch(nullptr); });
-    const double ms2 = time_ms([&] { fc2.launch(nullptr); });
+    const double ms1 = gpu_testbed::time_ms([&] { fc1.launch(nullptr); }, kLaunches);
+    const double ms2 = gpu_testbed::time_ms([&] { fc2.launch(nullptr); }, kLaunches);
     const double flop1 = 2.0 * t * kK * 2 * kI * kH, flop2 = 2.0 * t * kK * kH * kI;
     std::printf("%-14s T %5lld tile %3lld  fc1 %9.3f ms %7.2f TFLOP/s  fc2 %9.3f ms %7.2f "
                 "TFLOP/s  total %9.3f ms\n",

@@ -10,6 +10,7 @@
 
 #include "core/cuda_check.h"
 #include "formats/layouts.h"
+#include "gpu/cuda_timing.h"
 #include "test_stepfun_gemm_gpu.h"
 
 namespace cakemoe {
@@ -28,23 +29,6 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t seed, int lo = 0, int span 
     out[i] = static_cast<uint8_t>(lo + static_cast<int>((s >> 33) % static_cast<uint64_t>(span)));
   }
   return out;
-}
-
-template <typename F>
-double time_ms(const F& body, int iterations) {
-  cudaEvent_t start, stop;
-  CAKEMOE_CUDA_CHECK(cudaEventCreate(&start));
-  CAKEMOE_CUDA_CHECK(cudaEventCreate(&stop));
-  body();  // warm-up
-  CAKEMOE_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < iterations; ++i) body();
-  CAKEMOE_CUDA_CHECK(cudaEventRecord(stop));
-  CAKEMOE_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CAKEMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / iterations;
 }
 
 TEST(StepfunGemmGpu, TimedAtSpecGeometryNvfp4) {
@@ -122,8 +106,8 @@ TEST(StepfunGemmGpu, TimedAtSpecGeometryNvfp4) {
   a2.num_tokens = t, a2.top_k = k, a2.tile_tokens_dim = tile;
   const auto fc1 = cakemoe::stepfun::prepare_fc1(a1);
   const auto fc2 = cakemoe::stepfun::prepare_fc2(a2);
-  const double fc1_ms = time_ms([&] { fc1.launch(nullptr); }, 5);
-  const double fc2_ms = time_ms([&] { fc2.launch(nullptr); }, 5);
+  const double fc1_ms = gpu_testbed::time_ms([&] { fc1.launch(nullptr); }, 5);
+  const double fc2_ms = gpu_testbed::time_ms([&] { fc2.launch(nullptr); }, 5);
   CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
   const double pairs = double(t * k);
   const double fc1_tflop = 2.0 * pairs * 2 * inter * h * 1e-12;
