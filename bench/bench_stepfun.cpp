@@ -90,12 +90,7 @@ const FamilyWeights& weights_of(Family f) {
   const StepFunWeights host = prepare_weights(w1, w2, o);
   FamilyWeights fw;
   fw.view = host;
-  for (Tensor* t : {&fw.view.gemm1_weights, &fw.view.gemm1_weights_scale, &fw.view.gemm2_weights,
-                    &fw.view.gemm2_weights_scale, &fw.view.output1_scale_scalar,
-                    &fw.view.output1_scale_gate_scalar, &fw.view.output2_scale_scalar,
-                    &fw.view.gemm1_clamp_limit}) {
-    *t = to_device(*t);
-  }
+  for (Tensor* t : reference::stepfun::weight_tensors(&fw.view)) *t = to_device(*t);
   double bytes = 0;
   for (const Tensor* t : {&fw.view.gemm1_weights, &fw.view.gemm1_weights_scale,
                           &fw.view.gemm2_weights, &fw.view.gemm2_weights_scale}) {

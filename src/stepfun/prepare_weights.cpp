@@ -22,12 +22,7 @@ StepFunWeights prepare_weights(const TensorView& w1, const TensorView& w2,
   require_device_memory(w2, "w2", "weight preparation");
   const Tensor w1_host = to_host(w1), w2_host = to_host(w2);
   StepFunWeights out = reference::stepfun::prepare_weights(w1_host, w2_host, options).view;
-  for (Tensor* t : {&out.gemm1_weights, &out.gemm1_weights_scale, &out.gemm2_weights,
-                    &out.gemm2_weights_scale, &out.output1_scale_scalar,
-                    &out.output1_scale_gate_scalar, &out.output2_scale_scalar,
-                    &out.gemm1_clamp_limit}) {
-    *t = to_device_of(*t, w1.device);
-  }
+  for (Tensor* t : reference::stepfun::weight_tensors(&out)) *t = to_device_of(*t, w1.device);
   return out;
 }
 

@@ -358,6 +358,12 @@ std::vector<float> dequantize_expert(const PreparedWeights& w, const WeightMatri
 
 }  // namespace
 
+std::array<Tensor*, 8> weight_tensors(StepFunWeights* w) {
+  return {&w->gemm1_weights,        &w->gemm1_weights_scale,      &w->gemm2_weights,
+          &w->gemm2_weights_scale,  &w->output1_scale_scalar,     &w->output1_scale_gate_scalar,
+          &w->output2_scale_scalar, &w->gemm1_clamp_limit};
+}
+
 void set_weight_args(::cakemoe::stepfun::MoeArgs* args, const StepFunWeights& weights) {
   args->gemm1_weights = weights.gemm1_weights;
   args->gemm1_weights_scale = weights.gemm1_weights_scale;

@@ -4,6 +4,7 @@
 // view (accumulator units for the GEMMs, logical dequantized floats for tests and the oracle).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -68,6 +69,10 @@ void set_intermediate_scale(PreparedWeights* weights, double intermediate_scale_
 /// Default c_gs of spec §12.7 / §4.3 open point: 448/L^2 (fp8), 2688/L^2 (nvfp4), L = max limit;
 /// 0 for families without an FC2-input global scale.
 double default_intermediate_scale(Family family, const std::vector<float>& step_limits);
+
+/// The eight tensors of a weight view (gemm1/gemm2 weights, their block scales, the per-expert
+/// scalars, gemm1_clamp_limit), e.g. to move them all to another device.
+std::array<Tensor*, 8> weight_tensors(StepFunWeights* weights);
 
 /// Points the eight weight operands of `args` (gemm1/gemm2 weights, their block scales, the
 /// per-expert scalars, gemm1_clamp_limit) at the tensors of `weights`.
