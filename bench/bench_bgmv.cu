@@ -1,26 +1,28 @@
 // BGMV MoE-LoRA plan benchmark (spec bgmv §12 protocol, §14 roofline): CUDA-graph replay of
-// plan.run() on one stream, L2 flushed (256 MB written) before every rep, median of >= 50 reps,
-// GB/s against bytes_min, and the ratio to the portable path of the same inputs in the same run.
+// plan.run() on one stream, L2 flushed before every rep (a 256 MB clean read; see FlushMode in
+// bench_bgmv_common.cuh), median of >= 50 reps, GB/s against bytes_min, and the ratio to the
+// portable path of the same inputs in the same run.
 //
-//   bench_bgmv [--quick] [--reps=N] [--budget=SECONDS] [--benchmark_out=FILE ...]
+//   bench_bgmv [--quick] [--stages] [--flush=memset] [--reps=N] [--budget=SECONDS]
+//              [--benchmark_out=FILE ...]
 //
 // --quick: H 3072 only (plus the 4-LoRA comparison rows). The default matrix is hidden {2688,
 // 3072, 4096} x rank {16, 32, 64} x T {1 .. 2048} x top-k {2, 6, 8}, 8 LoRAs x 128 experts; it
 // stops early (and says so) when the time budget (default 150 s) runs out. --benchmark_out
 // (passed by scripts/gpu-check.sh) receives a small JSON copy of the table.
+// --stages: only the per-stage table of bench_bgmv_stages.cuh (whole plan, order build, shrink,
+// expand, empty graphs) for seven representative rows. --flush=memset: the flush of the
+// 2026-11-29 results (a 256 MB memset per rep, which leaves dirty lines in L2).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <numeric>
-#include <random>
-#include <set>
 #include <string>
 #include <vector>
 
-#include "bench_hash.cuh"
+#include "bench_bgmv_common.cuh"
+#include "bench_bgmv_stages.cuh"
 #include "bgmv/plan_impl.h"
 #include "cakemoe/bgmv.h"
 #include "core/cuda_check.h"
@@ -29,131 +31,20 @@
 namespace cakemoe {
 namespace {
 
-constexpr double kHbmTbPerS = 4.26;  // bench/NOTES.md HBM copy ceiling
-constexpr size_t kFlushBytes = 256ull << 20;
-
-// Deterministic bf16 values in about [-scale, scale] (a hash, no host traffic).
-__global__ void fill_bf16_kernel(uint16_t* dst, int64_t n, uint32_t seed, float scale) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = bench::hash_index(i, seed);
-    const float v = (static_cast<float>(h & 0xFFFF) / 32768.0f - 1.0f) * scale;
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    dst[i] = static_cast<uint16_t>(bits >> 16);
-  }
-}
-
-void fill_bf16(void* dst, int64_t n, uint32_t seed, float scale) {
-  fill_bf16_kernel<<<1024, 256>>>(static_cast<uint16_t*>(dst), n, seed, scale);
-  CAKEMOE_CUDA_CHECK(cudaGetLastError());
-}
-
-struct Shape {
-  int64_t hidden, rank, tokens, top_k, loras, experts;
-};
-
 struct Row {
   Shape s;
   std::string plan;
   double cake_us = 0, portable_us = 0, bytes_min = 0;
 };
 
-struct Bench {
-  cudaStream_t stream = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  void* flush = nullptr;
-  int reps = 50;
-
-  Bench() {
-    CAKEMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    CAKEMOE_CUDA_CHECK(cudaEventCreate(&start));
-    CAKEMOE_CUDA_CHECK(cudaEventCreate(&stop));
-    CAKEMOE_CUDA_CHECK(cudaMalloc(&flush, kFlushBytes));
-  }
-  ~Bench() {
-    cudaFree(flush);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    cudaStreamDestroy(stream);
-  }
-
-  /// Median µs of plan.run() (graph replay after the first capture), cold L2.
-  double time_plan(bgmv::BgmvPlan& plan) {
-    plan.run(stream);  // capture + first replay
-    CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<float> us;
-    for (int i = 0; i < reps; ++i) {
-      CAKEMOE_CUDA_CHECK(cudaMemsetAsync(flush, i & 0xFF, kFlushBytes, stream));
-      CAKEMOE_CUDA_CHECK(cudaEventRecord(start, stream));
-      plan.run(stream);
-      CAKEMOE_CUDA_CHECK(cudaEventRecord(stop, stream));
-      CAKEMOE_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      CAKEMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      us.push_back(ms * 1000.0f);
-    }
-    plan.close();
-    std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-    return us[us.size() / 2];
-  }
-};
-
-/// Routing of one shape: token-major top-k distinct experts, every token with a LoRA.
-struct Routing {
-  std::vector<int64_t> sorted, experts, loras;
-  std::vector<float> weights;
-  int64_t bins_touched = 0;
-};
-
-Routing make_routing(const Shape& s, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Routing r;
-  std::vector<int64_t> ids(s.experts);
-  std::set<int64_t> bins;
-  r.loras.resize(s.tokens);
-  for (int64_t t = 0; t < s.tokens; ++t) {
-    r.loras[t] = static_cast<int64_t>(rng() % s.loras);
-    std::iota(ids.begin(), ids.end(), 0);
-    for (int64_t j = 0; j < s.top_k; ++j) {
-      std::swap(ids[j], ids[j + rng() % (s.experts - j)]);
-      r.sorted.push_back(t);
-      r.experts.push_back(ids[j]);
-      r.weights.push_back(1.0f / static_cast<float>(s.top_k));
-      bins.insert(r.loras[t] * s.experts + ids[j]);
-    }
-  }
-  r.bins_touched = static_cast<int64_t>(bins.size());
-  return r;
-}
-
-/// spec §14 bytes_min: x, each touched bin's A and B once, y written once, indices, shrink_out.
-double bytes_min(const Shape& s, int64_t bins) {
-  const double b = 2, p = double(s.tokens * s.top_k);
-  return b * s.hidden * (s.tokens + 2.0 * bins * s.rank) + 4.0 * s.tokens * s.hidden +
-         p * (8 + 8 + 4) + s.tokens * 8.0 + 2.0 * p * s.rank * b;
-}
-
-template <typename T>
-Tensor upload(const std::vector<T>& v, DType dtype) {
-  const TensorView host(const_cast<T*>(v.data()), dtype, {static_cast<int64_t>(v.size())});
-  return core::copy_to(host, Device::cuda(0));
-}
-
 Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_buf) {
-  const Routing r = make_routing(s, 1234 + s.tokens * 7 + s.top_k);
-  const Device dev = Device::cuda(0);
-  const TensorView x(x_buf, DType::kBF16, {s.tokens, s.hidden}, dev);
-  const TensorView a(a_buf, DType::kBF16, {s.loras, s.experts, s.rank, s.hidden}, dev);
-  const TensorView b(b_buf, DType::kBF16, {s.loras, s.experts, s.hidden, s.rank}, dev);
-  const Tensor sorted = upload(r.sorted, DType::kInt64), experts = upload(r.experts, DType::kInt64);
-  const Tensor loras = upload(r.loras, DType::kInt64), weights = upload(r.weights, DType::kFP32);
+  const Inputs in(s, a_buf, b_buf, x_buf);
   Row row;
   row.s = s;
-  row.bytes_min = bytes_min(s, r.bins_touched);
+  row.bytes_min = bytes_min(s, in.routing.bins_touched);
   {
-    bgmv::BgmvPlan cake = bgmv::prepare_bgmv_moe(x, {a}, {b}, sorted, experts, loras, weights,
-                                                 s.experts);
+    bgmv::BgmvPlan cake = bgmv::prepare_bgmv_moe(in.x, {in.a}, {in.b}, in.sorted, in.experts,
+                                                 in.loras, in.weights, s.experts);
     const auto launch = cake.shrink_launch();
     row.plan = cake.backend_used() + (cake.grouped() ? " grouped" : "") +
                (cake.order_remap() ? " remap" : "") +
@@ -166,8 +57,9 @@ Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_bu
   {
     bgmv::detail::PrepareInternals forced;
     forced.force_portable = true;
-    bgmv::BgmvPlan portable(bgmv::detail::prepare_impl(x, {a}, {b}, sorted, experts, loras,
-                                                       weights, s.experts, {}, forced));
+    bgmv::BgmvPlan portable(bgmv::detail::prepare_impl(in.x, {in.a}, {in.b}, in.sorted,
+                                                       in.experts, in.loras, in.weights,
+                                                       s.experts, {}, forced));
     row.portable_us = bench.time_plan(portable);
   }
   return row;
@@ -208,14 +100,17 @@ void write_json(const std::string& path, const std::vector<Row>& rows) {
 }
 
 int run(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, stages = false;
   double budget_s = 150;
+  int reps = 50;
+  FlushMode flush = FlushMode::kRead;
   std::string json;
-  Bench bench;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") quick = true;
-    if (arg.rfind("--reps=", 0) == 0) bench.reps = std::max(1, std::stoi(arg.substr(7)));
+    if (arg == "--stages") stages = true;
+    if (arg == "--flush=memset") flush = FlushMode::kMemset;
+    if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::stoi(arg.substr(7)));
     if (arg.rfind("--budget=", 0) == 0) budget_s = std::stod(arg.substr(9));
     if (arg.rfind("--benchmark_out=", 0) == 0) json = arg.substr(16);
   }
@@ -223,6 +118,10 @@ int run(int argc, char** argv) {
     std::printf("bench_bgmv: no CUDA device, nothing to measure\n");
     return 0;
   }
+  Bench bench;
+  bench.reps = reps;
+  bench.flush_mode = flush;
+  if (stages) return run_stage_mode(bench);
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -244,8 +143,9 @@ int run(int argc, char** argv) {
       }
     }
   }
-  std::printf("BGMV plan bench: graph replay, L2 flushed (256 MB) per rep, median of %d reps, "
-              "bf16, GB/s vs spec §14 bytes_min, roofline %.2f TB/s\n", bench.reps, kHbmTbPerS);
+  std::printf("BGMV plan bench: graph replay, L2 flushed (%s) per rep, median of %d reps, "
+              "bf16, GB/s vs spec §14 bytes_min, roofline %.2f TB/s\n", bench.flush_name(),
+              bench.reps, kHbmTbPerS);
   print_header();
   // One weight buffer pair sized for the largest shape; views take what each shape needs.
   const int64_t max_w = 8 * 128 * 64 * 4096;

@@ -1,0 +1,251 @@
+// bench_bgmv --stages (bench/NOTES.md "BGMV Cake path on the H200", recommendation 0): for a few
+// representative rows, the median cold-L2 time of graph replays of the whole plan, the order-remap
+// prologue, the shrink alone, the expand alone, and empty graphs (the launch-latency floor), with
+// the spec §14 bytes each stage must move. Included by bench_bgmv.cu only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_bgmv_common.cuh"
+#include "bgmv/cake_launch.h"
+#include "bgmv/grouped_launch.h"
+#include "bgmv/plan_impl.h"
+#include "core/kernel_registry.h"
+
+namespace cakemoe {
+namespace {
+
+__global__ void null_kernel() {}
+
+/// An instantiated graph, destroyed with its owner.
+class GraphExec {
+ public:
+  /// Captures what `enqueue(stream)` launches on `stream` (which must be idle).
+  template <typename F>
+  GraphExec(cudaStream_t stream, F&& enqueue) {
+    CAKEMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue(stream);
+    } catch (...) {  // leave the stream usable: end the broken capture before rethrowing
+      cudaStreamEndCapture(stream, &graph_);
+      release();
+      throw;
+    }
+    CAKEMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
+    const cudaError_t status = cudaGraphInstantiate(&exec_, graph_, 0);
+    if (status != cudaSuccess) release();
+    CAKEMOE_CUDA_CHECK(status);
+  }
+  ~GraphExec() { release(); }
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+  cudaGraphExec_t get() const { return exec_; }
+
+ private:
+  void release() noexcept {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+    exec_ = nullptr;
+    graph_ = nullptr;
+  }
+
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+struct StageRow {
+  std::string name;
+  double us = 0;
+  double bytes_min = 0;    ///< spec §14, each touched bin's weights once
+  double bytes_route = 0;  ///< spec §14 per-route: every route reads its own weight rows
+};
+
+/// The Cake launch operands of a per-route plan, rebuilt from the plan's public state the way
+/// prepare fills them (src/bgmv/cuda_plan_setup.cpp); the CudaPlan's own copy is private.
+/// NOTE: pdl_mode is 0 here: a stage graph holds one kernel, so there is no producer to overlap
+/// with (spec §4.4); the PDL gain shows only in the whole-plan row.
+bgmv::CakeParams cake_params(const bgmv::BgmvPlan::Impl& impl) {
+  const bgmv::ProblemShape& s = impl.shape;
+  bgmv::CakeParams cp;
+  cp.dtype = s.dtype == DType::kBF16 ? 0 : 1;
+  cp.x = impl.x.data;
+  cp.lora_a = impl.lora_a[0].data;
+  cp.lora_b = impl.lora_b[0].data;
+  cp.sorted_token_ids = impl.sorted_token_ids.ptr<const int64_t>();
+  cp.expert_ids = impl.expert_ids.ptr<const int64_t>();
+  cp.lora_indices = impl.lora_indices.ptr<const int64_t>();
+  cp.topk_weights = impl.topk_weights.ptr<const float>();
+  cp.shrink_out = impl.shrink_out.data;
+  cp.y = impl.y_accum.ptr<float>();
+  cp.y_row_stride = impl.y_accum.strides[0];
+  cp.route_index = impl.route_index.ptr<uint32_t>();
+  cp.T = s.num_tokens;
+  cp.H = s.hidden;
+  cp.R = s.rank;
+  cp.P = s.num_pairs;
+  cp.L = s.num_loras;
+  cp.E = s.num_experts;
+  cp.form = impl.choice.shrink_launch->form;
+  cp.splits = impl.choice.shrink_launch->splits;
+  cp.schedule_id = impl.choice.schedule_id.value_or(0);
+  cp.pdl_mode = 0;
+  if (impl.choice.order_remap) cp.order = impl.order_workspace.ptr<int32_t>();
+  return cp;
+}
+
+bgmv::OrderBuildParams order_params(const bgmv::CakeParams& cp) {
+  bgmv::OrderBuildParams o;
+  o.sorted_token_ids = cp.sorted_token_ids;
+  o.expert_ids = cp.expert_ids;
+  o.lora_indices = cp.lora_indices;
+  o.order = const_cast<int32_t*>(cp.order);
+  o.num_tokens = static_cast<int>(cp.T);
+  o.num_pairs = static_cast<int>(cp.P);
+  o.num_loras = static_cast<int>(cp.L);
+  o.num_experts = static_cast<int>(cp.E);
+  return o;
+}
+
+/// spec §14 terms split by stage: the shrink reads x, A, the routing and writes shrink_out; the
+/// expand reads shrink_out, B, experts and weights and writes y; the order build reads the routing
+/// and writes order[P].
+double shrink_bytes(const Shape& s, int64_t bins) {
+  const double b = 2, p = double(s.tokens * s.top_k);
+  return b * s.hidden * (s.tokens + double(bins) * s.rank) + p * (8 + 8) + s.tokens * 8.0 +
+         p * s.rank * b;
+}
+double expand_bytes(const Shape& s, int64_t bins) {
+  const double b = 2, p = double(s.tokens * s.top_k);
+  return b * s.hidden * double(bins) * s.rank + 4.0 * s.tokens * s.hidden + p * (8 + 4) +
+         p * s.rank * b;
+}
+double order_bytes(const Shape& s) {
+  const double p = double(s.tokens * s.top_k);
+  return p * (8 + 8 + 4) + s.tokens * 8.0;
+}
+
+void print_stage(const StageRow& r) {
+  const auto gbs = [&](double bytes) { return r.us > 0 ? bytes / (r.us * 1e3) : 0.0; };
+  std::printf("  %-20s %9.2f | %9.2f %8.1f %5.1f%% | %9.2f %8.1f\n", r.name.c_str(), r.us,
+              r.bytes_min / 1e6, gbs(r.bytes_min), 100.0 * gbs(r.bytes_min) / (kHbmTbPerS * 1e3),
+              r.bytes_route / 1e6, gbs(r.bytes_route));
+}
+
+/// Stage times of one shape. Order of the measurements matters for the route index (spec §3.3):
+/// the whole plan first (its last replay leaves a consistent index), then the expand alone (it
+/// only rewrites the other parity's bases and the launch counter, so every replay finds the same
+/// published routes), then the order build and the shrink alone (each replay publishes again;
+/// slots past 16 are dropped, so the work per replay stays the same). The plan is dropped after.
+void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_buf, bool sm90) {
+  const Inputs in(s, a_buf, b_buf, x_buf);
+  const int64_t u = in.routing.bins_touched, p = s.tokens * s.top_k;
+  std::shared_ptr<bgmv::BgmvPlan::Impl> impl = bgmv::detail::prepare_impl(
+      in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras, in.weights, s.experts, {});
+  bgmv::BgmvPlan plan(impl);
+  const auto launch = plan.shrink_launch();
+  std::printf("H %lld R %lld T %lld k %lld L %lld E %lld (U %lld, P %lld): %s%s%s%s pdl%d\n",
+              (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
+              (long long)s.loras, (long long)s.experts, (long long)u, (long long)p,
+              plan.backend_used().c_str(), plan.grouped() ? " grouped" : "",
+              plan.order_remap() ? " remap" : "",
+              launch ? (" f" + std::to_string(launch->form) + "s" +
+                        std::to_string(launch->splits)).c_str()
+                     : "",
+              plan.pdl_mode());
+  std::vector<StageRow> rows;
+  rows.push_back({"whole plan", bench.time_plan(plan), bytes_min(s, u), bytes_min(s, p)});
+  {
+    // bench/NOTES.md recommendation 6: the whole plan under the other flush too, so the dirty-line
+    // write-back of the memset flush shows as the difference of these two rows.
+    const FlushMode own = bench.flush_mode;
+    bench.flush_mode = own == FlushMode::kRead ? FlushMode::kMemset : FlushMode::kRead;
+    rows.push_back({std::string("whole, ") + (own == FlushMode::kRead ? "memset" : "read") +
+                        " flush",
+                    bench.time_plan(plan), bytes_min(s, u), bytes_min(s, p)});
+    bench.flush_mode = own;
+  }
+  if (plan.backend_used() != "cake" || plan.grouped()) {
+    // NOTE: the grouped pipeline's six launches sit behind one launcher (grouped_launch.h);
+    // the bench cannot time them separately without a library change.
+    for (const StageRow& r : rows) print_stage(r);
+    std::printf("  (stages not separable from the bench for this path)\n");
+    return;
+  }
+  const bgmv::CakeParams cp = cake_params(*impl);
+  {
+    const GraphExec g(bench.stream, [&](cudaStream_t st) { bgmv::launch_cake_expand(cp, st); });
+    rows.push_back({"expand", bench.time_graph(g.get()), expand_bytes(s, u), expand_bytes(s, p)});
+  }
+  double sum = rows.back().us;
+  if (cp.order != nullptr) {
+    const core::KernelUnit* unit = core::find_kernel_unit("bgmv", "order_build", "", 0, sm90);
+    if (unit != nullptr) {
+      const auto build = reinterpret_cast<bgmv::OrderBuildLauncher>(unit->launch);
+      const bgmv::OrderBuildParams o = order_params(cp);
+      const GraphExec g(bench.stream, [&](cudaStream_t st) { build(o, st); });
+      rows.push_back({"order build", bench.time_graph(g.get()), order_bytes(s), order_bytes(s)});
+      sum += rows.back().us;
+    }
+  }
+  {
+    const GraphExec g(bench.stream, [&](cudaStream_t st) { bgmv::launch_cake_shrink(cp, st); });
+    rows.push_back({"shrink", bench.time_graph(g.get()), shrink_bytes(s, u), shrink_bytes(s, p)});
+    sum += rows.back().us;
+  }
+  rows.push_back({"sum of stages", sum, bytes_min(s, u), bytes_min(s, p)});
+  for (const StageRow& r : rows) print_stage(r);
+}
+
+/// Empty graphs under the same flush / event protocol: 0, 1 and 2 null-kernel nodes.
+void run_empty_graphs(Bench& bench) {
+  for (int kernels = 0; kernels <= 2; ++kernels) {
+    const std::string name = "empty graph, " + std::to_string(kernels) + "k";
+    try {
+      const GraphExec g(bench.stream, [&](cudaStream_t st) {
+        for (int i = 0; i < kernels; ++i) null_kernel<<<1, 32, 0, st>>>();
+        CAKEMOE_CUDA_CHECK(cudaGetLastError());
+      });
+      print_stage({name, bench.time_graph(g.get())});
+    } catch (const std::exception& e) {  // NOTE: some runtimes refuse a graph with no node
+      std::printf("  %-20s not measured: %s\n", name.c_str(), e.what());
+    }
+  }
+}
+
+/// --stages: the representative rows of bench/NOTES.md (L 8, E 128).
+int run_stage_mode(Bench& bench) {
+  const std::vector<Shape> shapes = {
+      {3072, 32, 1, 2, 8, 128},    {3072, 32, 8, 2, 8, 128},    {3072, 32, 256, 2, 8, 128},
+      {3072, 32, 1024, 2, 8, 128}, {3072, 32, 2048, 2, 8, 128}, {3072, 64, 8, 8, 8, 128},
+      {2688, 32, 512, 6, 8, 128}};
+  std::printf("BGMV stage bench: graph replay of each stage alone, L2 flush (%s) per rep, median "
+              "of %d reps, bf16; stage graphs without PDL; roofline %.2f TB/s\n",
+              bench.flush_name(), bench.reps, kHbmTbPerS);
+  std::printf("  %-20s %9s | %9s %8s %6s | %9s %8s\n", "stage", "us", "min MB", "GB/s", "%roof",
+              "route MB", "GB/s");
+  run_empty_graphs(bench);
+  const int64_t max_w = 8 * 128 * 64 * 3072;
+  void *a_buf = nullptr, *b_buf = nullptr, *x_buf = nullptr;
+  CAKEMOE_CUDA_CHECK(cudaMalloc(&a_buf, max_w * 2));
+  CAKEMOE_CUDA_CHECK(cudaMalloc(&b_buf, max_w * 2));
+  CAKEMOE_CUDA_CHECK(cudaMalloc(&x_buf, 2048 * 3072 * 2));
+  fill_bf16(a_buf, max_w, 1, 0.01f);
+  fill_bf16(b_buf, max_w, 2, 0.05f);
+  fill_bf16(x_buf, 2048 * 3072, 3, 1.0f);
+  CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const bool sm90 = core::cuda_capability(0) == 90;
+  for (const Shape& s : shapes) run_stages(bench, s, a_buf, b_buf, x_buf, sm90);
+  cudaFree(a_buf);
+  cudaFree(b_buf);
+  cudaFree(x_buf);
+  return 0;
+}
+
+}  // namespace
+}  // namespace cakemoe
