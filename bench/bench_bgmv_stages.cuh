@@ -66,34 +66,12 @@ struct StageRow {
   double bytes_route = 0;  ///< spec §14 per-route: every route reads its own weight rows
 };
 
-/// The Cake launch operands of a per-route plan, rebuilt from the plan's public state the way
-/// prepare fills them (src/bgmv/cuda_plan_setup.cpp); the CudaPlan's own copy is private.
+/// The Cake launch operands of a per-route plan, as prepare builds them
+/// (bgmv::detail::cake_params), plus the order-remap permutation when the plan uses it.
 /// NOTE: pdl_mode is 0 here: a stage graph holds one kernel, so there is no producer to overlap
 /// with (spec §4.4); the PDL gain shows only in the whole-plan row.
 bgmv::CakeParams cake_params(const bgmv::BgmvPlan::Impl& impl) {
-  const bgmv::ProblemShape& s = impl.shape;
-  bgmv::CakeParams cp;
-  cp.dtype = s.dtype == DType::kBF16 ? 0 : 1;
-  cp.x = impl.x.data;
-  cp.lora_a = impl.lora_a[0].data;
-  cp.lora_b = impl.lora_b[0].data;
-  cp.sorted_token_ids = impl.sorted_token_ids.ptr<const int64_t>();
-  cp.expert_ids = impl.expert_ids.ptr<const int64_t>();
-  cp.lora_indices = impl.lora_indices.ptr<const int64_t>();
-  cp.topk_weights = impl.topk_weights.ptr<const float>();
-  cp.shrink_out = impl.shrink_out.data;
-  cp.y = impl.y_accum.ptr<float>();
-  cp.y_row_stride = impl.y_accum.strides[0];
-  cp.route_index = impl.route_index.ptr<uint32_t>();
-  cp.T = s.num_tokens;
-  cp.H = s.hidden;
-  cp.R = s.rank;
-  cp.P = s.num_pairs;
-  cp.L = s.num_loras;
-  cp.E = s.num_experts;
-  cp.form = impl.choice.shrink_launch->form;
-  cp.splits = impl.choice.shrink_launch->splits;
-  cp.schedule_id = impl.choice.schedule_id.value_or(0);
+  bgmv::CakeParams cp = bgmv::detail::cake_params(impl);
   cp.pdl_mode = 0;
   if (impl.choice.order_remap) cp.order = impl.order_workspace.ptr<int32_t>();
   return cp;

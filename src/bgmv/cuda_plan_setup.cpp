@@ -73,8 +73,6 @@ void fill_portable(const BgmvPlan::Impl& impl, PortableParams& pp) {
 }
 
 void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
-  const ProblemShape& s = impl.shape;
-  const PlanChoice& c = impl.choice;
   for (const auto& named : {std::make_pair("x", &impl.x),
                             std::make_pair("lora_a_weights[0]", &impl.lora_a[0]),
                             std::make_pair("lora_b_weights[0]", &impl.lora_b[0]),
@@ -85,28 +83,7 @@ void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
   core::require(impl.y_accum.strides[0] % 4 == 0, "y_accum",
                 "the Cake kernels need a row stride that is a multiple of 4 elements, got " +
                     std::to_string(impl.y_accum.strides[0]));
-  cp.dtype = dtype_code(s.dtype);
-  cp.x = impl.x.data;
-  cp.lora_a = impl.lora_a[0].data;
-  cp.lora_b = impl.lora_b[0].data;
-  cp.sorted_token_ids = impl.sorted_token_ids.ptr<const int64_t>();
-  cp.expert_ids = impl.expert_ids.ptr<const int64_t>();
-  cp.lora_indices = impl.lora_indices.ptr<const int64_t>();
-  cp.topk_weights = impl.topk_weights.ptr<const float>();
-  cp.shrink_out = impl.shrink_out.data;
-  cp.y = impl.y_accum.ptr<float>();
-  cp.y_row_stride = impl.y_accum.strides[0];
-  cp.route_index = impl.route_index.ptr<uint32_t>();
-  cp.T = s.num_tokens;
-  cp.H = s.hidden;
-  cp.R = s.rank;
-  cp.P = s.num_pairs;
-  cp.L = s.num_loras;
-  cp.E = s.num_experts;
-  cp.form = c.shrink_launch->form;
-  cp.splits = c.shrink_launch->splits;
-  cp.schedule_id = c.schedule_id.value_or(0);
-  cp.pdl_mode = c.pdl_mode;
+  cp = cake_params(impl);
 }
 
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
@@ -162,6 +139,35 @@ void fill_order(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
 }
 
 }  // namespace
+
+CakeParams cake_params(const BgmvPlan::Impl& impl) {
+  const ProblemShape& s = impl.shape;
+  const PlanChoice& c = impl.choice;
+  CakeParams cp;
+  cp.dtype = dtype_code(s.dtype);
+  cp.x = impl.x.data;
+  cp.lora_a = impl.lora_a[0].data;
+  cp.lora_b = impl.lora_b[0].data;
+  cp.sorted_token_ids = impl.sorted_token_ids.ptr<const int64_t>();
+  cp.expert_ids = impl.expert_ids.ptr<const int64_t>();
+  cp.lora_indices = impl.lora_indices.ptr<const int64_t>();
+  cp.topk_weights = impl.topk_weights.ptr<const float>();
+  cp.shrink_out = impl.shrink_out.data;
+  cp.y = impl.y_accum.ptr<float>();
+  cp.y_row_stride = impl.y_accum.strides[0];
+  cp.route_index = impl.route_index.ptr<uint32_t>();
+  cp.T = s.num_tokens;
+  cp.H = s.hidden;
+  cp.R = s.rank;
+  cp.P = s.num_pairs;
+  cp.L = s.num_loras;
+  cp.E = s.num_experts;
+  cp.form = c.shrink_launch->form;
+  cp.splits = c.shrink_launch->splits;
+  cp.schedule_id = c.schedule_id.value_or(0);
+  cp.pdl_mode = c.pdl_mode;
+  return cp;
+}
 
 DeviceFacts query_cuda_device(Device device) {
   const int count = core::cuda_device_count();

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "bgmv/cake_launch.h"
 #include "bgmv/cuda_plan.h"
 #include "bgmv/plan.h"
 #include "bgmv/validate.h"
@@ -92,6 +93,10 @@ void zero_synchronously(const Tensor& t);
 /// Builds impl.cuda (launch operands, device workspaces) for a CUDA plan whose choice, shape,
 /// bound tensors, y_accum / shrink_out and route index are set (cuda_plan_setup.cpp).
 void setup_cuda_plan(BgmvPlan::Impl& impl, Arch arch);
+/// The Cake shrink/expand operands of a prepared Cake-path plan (bound tensors, workspaces and
+/// the chosen form / splits / schedule / PDL mode). `order` stays null: the order-remap
+/// workspace is bound separately.
+CakeParams cake_params(const BgmvPlan::Impl& impl);
 
 }  // namespace detail
 }  // namespace bgmv
