@@ -3,7 +3,7 @@
 // bench_bgmv_common.cuh), median of >= 50 reps, GB/s against bytes_min, and the ratio to the
 // portable path of the same inputs in the same run.
 //
-//   bench_bgmv [--quick] [--stages] [--flush=memset] [--reps=N] [--budget=SECONDS]
+//   bench_bgmv [--quick] [--stages] [--variants] [--flush=memset] [--reps=N] [--budget=SECONDS]
 //              [--benchmark_out=FILE ...]
 //
 // --quick: H 3072 only (plus the 4-LoRA comparison rows). The default matrix is hidden {2688,
@@ -11,7 +11,8 @@
 // stops early (and says so) when the time budget (default 150 s) runs out. --benchmark_out
 // (passed by scripts/gpu-check.sh) receives a small JSON copy of the table.
 // --stages: only the per-stage table of bench_bgmv_stages.cuh (whole plan, order build, shrink,
-// expand, empty graphs) for seven representative rows. --flush=memset: the flush of the
+// expand, empty graphs) for seven representative rows. --variants: every Cake pipeline forced
+// on the same inputs (bench_bgmv_variants.cuh), T >= 128, to place the selector's crossovers. --flush=memset: the flush of the
 // 2026-11-29 results (a 256 MB memset per rep, which leaves dirty lines in L2).
 #include <cuda_runtime.h>
 
@@ -23,6 +24,7 @@
 
 #include "bench_bgmv_common.cuh"
 #include "bench_bgmv_stages.cuh"
+#include "bench_bgmv_variants.cuh"
 #include "bgmv/plan_impl.h"
 #include "cakemoe/bgmv.h"
 #include "core/cuda_check.h"
@@ -100,7 +102,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows) {
 }
 
 int run(int argc, char** argv) {
-  bool quick = false, stages = false;
+  bool quick = false, stages = false, variants = false;
   double budget_s = 150;
   int reps = 50;
   FlushMode flush = FlushMode::kRead;
@@ -109,6 +111,7 @@ int run(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--quick") quick = true;
     if (arg == "--stages") stages = true;
+    if (arg == "--variants") variants = true;
     if (arg == "--flush=memset") flush = FlushMode::kMemset;
     if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::stoi(arg.substr(7)));
     if (arg.rfind("--budget=", 0) == 0) budget_s = std::stod(arg.substr(9));
@@ -122,6 +125,7 @@ int run(int argc, char** argv) {
   bench.reps = reps;
   bench.flush_mode = flush;
   if (stages) return run_stage_mode(bench);
+  if (variants) return run_variant_mode(bench, budget_s);
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "bgmv/cake_device.cuh"
 #include "bgmv/grouped_common.cuh"
 #include "bgmv/grouped_launch.h"
 
@@ -22,6 +23,8 @@ struct GroupedWs {
   int* token_slots;
   int* hist;
   int* cta_base;
+  int4* tile_info;       ///< {first route in sorted_routes, routes (1..16), bin, 0}
+  float* token_weights;  ///< [16 T], one-CTA index only
 };
 
 CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
@@ -35,6 +38,11 @@ CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
   w.token_slots = w.token_count + p.num_tokens;
   w.hist = w.token_slots + kGroupTokenSlots * p.num_tokens;
   w.cta_base = w.hist + p.hist_ctas * bins;
+  // NOTE: int_words keeps tile_info 16-byte aligned (grouped_workspace pads before it).
+  int* after = w.cta_base + p.hist_ctas * bins;
+  after += (4 - reinterpret_cast<uintptr_t>(after) / sizeof(int) % 4) % 4;
+  w.tile_info = reinterpret_cast<int4*>(after);
+  w.token_weights = reinterpret_cast<float*>(after + 4 * p.max_tiles);
   return w;
 }
 
@@ -51,6 +59,7 @@ __global__ void __launch_bounds__(kGroupHistThreads) group_hist_kernel(GroupedPa
   extern __shared__ int counts[];
   const int bins = p.num_loras * p.num_experts;
   const GroupedWs w = grouped_ws(p);
+  dev::pdl_trigger();
   for (int b = threadIdx.x; b < bins; b += blockDim.x) counts[b] = 0;
   for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < p.num_tokens;
        t += gridDim.x * blockDim.x) {
@@ -74,6 +83,8 @@ __global__ void __launch_bounds__(1024) group_scan_kernel(GroupedParams p) {
   __shared__ int warp_sums[32];
   const int bins = p.num_loras * p.num_experts;
   const GroupedWs w = grouped_ws(p);
+  dev::pdl_wait();
+  dev::pdl_trigger();
   // Per bin: CTA-relative bases and the bin total (written into bin_offset, scanned below).
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     int total = 0;
@@ -109,6 +120,9 @@ __global__ void __launch_bounds__(1024) group_scan_kernel(GroupedParams p) {
     const int start = w.bin_offset[b], count = w.bin_offset[b + 1] - start;
     for (int k = 0; k * kGroupTileRoutes < count; ++k) {
       w.tile_start[tile_base[j] + k] = start + k * kGroupTileRoutes;
+      w.tile_info[tile_base[j] + k] =
+          make_int4(start + k * kGroupTileRoutes, min(kGroupTileRoutes, count - k * kGroupTileRoutes),
+                    b, 0);
     }
     for (int c = 0; c < p.hist_ctas; ++c) w.cta_base[c * bins + b] += start;
   }
@@ -122,6 +136,8 @@ __global__ void __launch_bounds__(kGroupHistThreads) group_scatter_kernel(Groupe
   extern __shared__ int cursor[];
   const int bins = p.num_loras * p.num_experts;
   const GroupedWs w = grouped_ws(p);
+  dev::pdl_wait();
+  dev::pdl_trigger();
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     cursor[b] = w.cta_base[blockIdx.x * bins + b];
   }
@@ -143,6 +159,85 @@ __global__ void __launch_bounds__(kGroupHistThreads) group_scatter_kernel(Groupe
     } else if (i < end) {
       for (int r = 0; r < p.rank; ++r) shrink[static_cast<int64_t>(i) * p.rank + r] = 0;
     }
+  }
+}
+
+constexpr int kBinBits = 12;  // bins <= 4096
+static_assert((kGroupFusedIndexMaxPairs << kBinBits) > 0, "key packing overflows");
+
+CAKEMOE_HD int index_smem_ints(int bins, int pairs) { return 2 * bins + 1 + pairs; }
+
+/// 1 CTA x 1024, dynamic smem index_smem_ints() ints: the whole index of the grouped pipeline in
+/// one launch (P <= kGroupFusedIndexMaxPairs). A route's place inside its bin comes from a
+/// shared-memory atomic, so it varies between runs; nothing downstream depends on it (every
+/// route's arithmetic is independent of its tile, and the combine sums a token's routes in
+/// ascending pair order). Also sorts each token's <= 16 slots ascending with their weights, and
+/// zeroes the shrink rows of invalid pairs.
+template <int kUnused = 0>
+__global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(GroupedParams p) {
+  extern __shared__ int smem[];
+  __shared__ int warp_sums[32];
+  const int bins = p.num_loras * p.num_experts;
+  int* offs = smem;              // [bins + 1]: counts, then exclusive offsets
+  int* tiles = offs + bins + 1;  // [bins]: tile counts, then tile bases
+  int* key = tiles + bins;       // [P]: (place in bin << kBinBits) | bin, or -1
+  const GroupedWs w = grouped_ws(p);
+  const int tid = threadIdx.x, nt = blockDim.x;
+  dev::pdl_trigger();
+  for (int b = tid; b <= bins; b += nt) offs[b] = 0;
+  for (int t = tid; t < p.num_tokens; t += nt) w.token_count[t] = 0;
+#pragma unroll 4
+  for (int i = tid; i < p.num_pairs; i += nt) {
+    key[i] = route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i, p.num_tokens,
+                       p.num_loras, p.num_experts);
+  }
+  __syncthreads();
+  uint4* shrink = static_cast<uint4*>(p.shrink_out);
+  const int row_vectors = p.rank / 8;
+  for (int i = tid; i < p.num_pairs; i += nt) {
+    const int bin = key[i];
+    if (bin >= 0) {
+      key[i] = (atomicAdd(&offs[bin], 1) << kBinBits) | bin;
+      const int t = static_cast<int>(p.sorted_token_ids[i]);
+      const int slot = atomicAdd(&w.token_count[t], 1);
+      if (slot < kGroupTokenSlots) w.token_slots[t * kGroupTokenSlots + slot] = i;
+    } else {
+      for (int v = 0; v < row_vectors; ++v) {
+        shrink[static_cast<int64_t>(i) * row_vectors + v] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+  __syncthreads();
+  for (int b = tid; b < bins; b += nt) tiles[b] = (offs[b] + kGroupTileRoutes - 1) / kGroupTileRoutes;
+  __syncthreads();
+  block_exclusive_scan(offs, bins + 1, warp_sums);
+  const int ntiles = block_exclusive_scan(tiles, bins, warp_sums);
+  for (int b = tid; b <= bins; b += nt) w.bin_offset[b] = offs[b];
+  for (int b = tid; b < bins; b += nt) {
+    const int start = offs[b], count = offs[b + 1] - start;
+    for (int k = 0; k * kGroupTileRoutes < count; ++k) {
+      const int first = start + k * kGroupTileRoutes;
+      w.tile_start[tiles[b] + k] = first;
+      w.tile_info[tiles[b] + k] = make_int4(first, min(kGroupTileRoutes, start + count - first), b, 0);
+    }
+  }
+  if (tid == 0) w.header[0] = ntiles;
+  for (int i = tid; i < p.num_pairs; i += nt) {
+    const int k = key[i];
+    if (k >= 0) w.sorted_routes[offs[k & ((1 << kBinBits) - 1)] + (k >> kBinBits)] = i;
+  }
+  // Each token's slots ascending (insertion sort of <= 16), weights alongside.
+  for (int t = tid; t < p.num_tokens; t += nt) {
+    int* slots = w.token_slots + t * kGroupTokenSlots;
+    float* weights = w.token_weights + t * kGroupTokenSlots;
+    const int count = min(w.token_count[t], kGroupTokenSlots);
+    for (int j = 1; j < count; ++j) {
+      const int v = slots[j];
+      int m = j;
+      for (; m > 0 && slots[m - 1] > v; --m) slots[m] = slots[m - 1];
+      slots[m] = v;
+    }
+    for (int j = 0; j < count; ++j) weights[j] = p.topk_weights[slots[j]];
   }
 }
 

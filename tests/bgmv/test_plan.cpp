@@ -162,6 +162,31 @@ TEST(BgmvPlanSupport, ReasonsInSpecOrder) {
             "(why). Pass fallback=false to raise instead.");
 }
 
+// cakemoe's grouped GPU geometry (docs/decisions/bgmv-gpu-runtime.md), H200: 132 SMs.
+TEST(BgmvPlanWorkspaces, GroupedGeometry) {
+  const GroupedGeometry a = grouped_geometry(2048, 3072, 8, 128, 132);
+  EXPECT_TRUE(a.fused_index);
+  EXPECT_EQ(a.slab_cols, 8);  // 16 columns: 128 KB of partials (one CTA per SM)
+  EXPECT_TRUE(a.stage_a);
+  EXPECT_EQ(grouped_geometry(4096, 3072, 8, 128, 132).slab_cols, 4);
+  EXPECT_EQ(grouped_geometry(8192, 3072, 8, 128, 132).slab_cols, 4);    // 128 KB, 1 CTA/SM
+  EXPECT_EQ(grouped_geometry(12800, 3072, 8, 128, 132).slab_cols, 4);   // 200 KB
+  EXPECT_EQ(grouped_geometry(12808, 3072, 8, 128, 132).slab_cols, 0);   // HBM partials
+  EXPECT_EQ(grouped_geometry(800, 736, 4, 8, 132).slab_cols, 4);        // few columns
+  EXPECT_EQ(grouped_geometry(1024, 16384, 4, 8, 132).slab_cols, 16);
+  const GroupedGeometry big = grouped_geometry(16385, 3072, 8, 128, 132);
+  EXPECT_FALSE(big.fused_index);
+  EXPECT_EQ(big.slab_cols, 0);
+  EXPECT_TRUE(grouped_geometry(16384, 3072, 8, 128, 132).fused_index);
+  EXPECT_TRUE(grouped_geometry(64, 7168, 1, 8, 132).stage_a);
+  EXPECT_FALSE(grouped_geometry(64, 7176, 1, 8, 132).stage_a);
+  EXPECT_EQ(grouped_geometry(2048, 3072, 8, 128, 132, 16).slab_cols, 16);
+  EXPECT_EQ(grouped_geometry(2048, 3072, 8, 128, 132, 0).slab_cols, 0);
+  EXPECT_THROW(grouped_geometry(16384, 3072, 8, 128, 132, 16), InvalidArgument);
+  EXPECT_THROW(grouped_geometry(64, 3072, 8, 128, 132, 12), InvalidArgument);
+  EXPECT_EQ(grouped_workspace(2048, 1024, 8, 128, 3072, a).partial_floats, 0);
+}
+
 TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
   const RouteIndexLayout l = route_index_layout(10);
   EXPECT_EQ(l.count, 4);
@@ -174,7 +199,9 @@ TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
   EXPECT_EQ(g.bins, 1024);
   EXPECT_EQ(g.max_tiles, 1536);
   EXPECT_EQ(g.hist_ctas, 8);
-  EXPECT_EQ(g.int_words, 4 + 1025 + 1536 + 8192 + 4096 + 4096 * 16 + 2 * 8 * 1024);
+  // spec §5 words, then cakemoe's alignment pad, tile_info[4 max_tiles] and token_weights[16 T].
+  EXPECT_EQ(g.int_words, 4 + 1025 + 1536 + 8192 + 4096 + 4096 * 16 + 2 * 8 * 1024 + 3 +
+                             4 * 1536 + 4096 * 16);
   EXPECT_EQ(g.partial_floats, 8192 * 3072);
   EXPECT_EQ(grouped_workspace(1, 1, 1, 1, 8).hist_ctas, 1);
   EXPECT_EQ(grouped_workspace(1 << 20, 1, 1, 1, 8).hist_ctas, 64);

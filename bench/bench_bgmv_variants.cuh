@@ -1,0 +1,107 @@
+// bench_bgmv --variants: every Cake pipeline forced on the same inputs, side by side, to place
+// the selector's crossovers on the H200 (bench/NOTES.md). Columns: the default plan, per-route
+// (grouped=false; remap by its heuristic), per-route with remap forced off, grouped with the slab
+// expand picked by grouped_geometry(), and grouped through the fp32 partials in HBM (slab 0).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench_bgmv_common.cuh"
+#include "bgmv/plan_impl.h"
+#include "cakemoe/bgmv.h"
+
+namespace cakemoe {
+namespace {
+
+/// Median µs of the plan that `prepare` builds, or -1 when prepare refuses the forced pipeline.
+template <typename Prepare>
+double time_or_skip(Bench& bench, Prepare prepare, std::string* label) {
+  try {
+    bgmv::BgmvPlan plan(prepare());
+    if (label != nullptr) {
+      *label = std::string(plan.grouped() ? "grouped" : "route") +
+               (plan.order_remap() ? "+remap" : "");
+    }
+    return bench.time_plan(plan);
+  } catch (const Error&) {
+    return -1.0;
+  }
+}
+
+int run_variant_mode(Bench& bench, double budget_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<Shape> shapes;
+  for (int64_t t : {1024, 2048}) shapes.push_back({3072, 32, t, 2, 4, 128});
+  for (int64_t h : {3072, 2688, 4096}) {
+    for (int64_t r : {32, 16, 64}) {
+      for (int64_t k : {2, 8, 6}) {
+        for (int64_t t : {128, 256, 512, 1024, 2048}) shapes.push_back({h, r, t, k, 8, 128});
+      }
+    }
+  }
+  std::printf("BGMV variant bench: graph replay, L2 flush (%s) per rep, median of %d reps, bf16; "
+              "us per forced pipeline (-1: refused); %%roof of the best vs bytes_min at %.2f "
+              "TB/s\n", bench.flush_name(), bench.reps, kHbmTbPerS);
+  std::printf("%5s %3s %5s %2s %2s | %-14s %9s | %9s %9s %9s %9s | %6s\n", "H", "R", "T", "k", "L",
+              "default", "us", "route", "noremap", "grp slab", "grp hbm", "%roof");
+  const int64_t max_w = 8 * 128 * 64 * 4096;
+  void *a_buf = nullptr, *b_buf = nullptr, *x_buf = nullptr;
+  CAKEMOE_CUDA_CHECK(cudaMalloc(&a_buf, max_w * 2));
+  CAKEMOE_CUDA_CHECK(cudaMalloc(&b_buf, max_w * 2));
+  CAKEMOE_CUDA_CHECK(cudaMalloc(&x_buf, 2048 * 4096 * 2));
+  fill_bf16(a_buf, max_w, 1, 0.01f);
+  fill_bf16(b_buf, max_w, 2, 0.05f);
+  fill_bf16(x_buf, 2048 * 4096, 3, 1.0f);
+  CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  size_t done = 0;
+  for (const Shape& s : shapes) {
+    if (elapsed() > budget_s) break;
+    const Inputs in(s, a_buf, b_buf, x_buf);
+    const auto prep = [&](std::optional<bool> grouped, std::optional<bool> remap, int slab) {
+      return [&, grouped, remap, slab] {
+        bgmv::BgmvOptions o;
+        o.grouped = grouped;
+        o.order_remap = remap;
+        bgmv::detail::PrepareInternals internals;
+        internals.grouped_slab_cols = slab;
+        return bgmv::detail::prepare_impl(in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras,
+                                          in.weights, s.experts, o, internals);
+      };
+    };
+    std::string label;
+    const double def = time_or_skip(bench, prep(std::nullopt, std::nullopt, -1), &label);
+    const double route = time_or_skip(bench, prep(false, std::nullopt, -1), nullptr);
+    const double noremap = time_or_skip(bench, prep(false, false, -1), nullptr);
+    const double slab = time_or_skip(bench, prep(true, std::nullopt, -1), nullptr);
+    const double hbm = time_or_skip(bench, prep(true, std::nullopt, 0), nullptr);
+    double best = def;
+    for (double v : {route, noremap, slab, hbm}) {
+      if (v > 0 && (best <= 0 || v < best)) best = v;
+    }
+    const double gbs = bytes_min(s, in.routing.bins_touched) / (best * 1e3);
+    std::printf("%5lld %3lld %5lld %2lld %2lld | %-14s %9.2f | %9.2f %9.2f %9.2f %9.2f | %5.1f%%\n",
+                (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
+                (long long)s.loras, label.c_str(), def, route, noremap, slab, hbm,
+                100.0 * gbs / (kHbmTbPerS * 1e3));
+    std::fflush(stdout);
+    ++done;
+  }
+  if (done < shapes.size()) {
+    std::printf("stopped after %zu of %zu shapes: %.0f s budget spent (--budget=S)\n", done,
+                shapes.size(), budget_s);
+  }
+  cudaFree(a_buf);
+  cudaFree(b_buf);
+  cudaFree(x_buf);
+  return 0;
+}
+
+}  // namespace
+}  // namespace cakemoe

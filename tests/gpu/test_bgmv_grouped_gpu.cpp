@@ -1,0 +1,124 @@
+// The grouped pipeline's GPU forms (docs/decisions/bgmv-gpu-runtime.md): one-CTA index vs hist /
+// scan / scatter, slab expand (4, 8, 16 columns) vs fp32 partials through HBM + combine. Every
+// form must give the CPU reference's grouped order bit for bit, over >= 8 replays, with the
+// shrink rows bitwise equal to the per-route pipeline's.
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "bgmv/plan.h"
+#include "bgmv/plan_impl.h"
+#include "gpu/bgmv_plan_gpu.h"
+
+namespace cakemoe {
+namespace bgmv_gpu {
+namespace {
+
+struct GroupedRow {
+  int64_t h, r, t, k, loras, experts;
+  DType dtype;
+  PairOrder order;
+};
+
+CaseSpec grouped_spec(const GroupedRow& row, uint64_t seed) {
+  CaseSpec s;
+  s.dtype = row.dtype;
+  s.hidden = row.h;
+  s.rank = row.r;
+  s.tokens = row.t;
+  s.top_k = row.k;
+  s.loras = row.loras;
+  s.experts = row.experts;
+  s.order = row.order;
+  s.seed = seed;
+  return s;
+}
+
+std::string label_of(const CaseSpec& s, int slab) {
+  return "H=" + std::to_string(s.hidden) + " R=" + std::to_string(s.rank) + " T=" +
+         std::to_string(s.tokens) + " k=" + std::to_string(s.top_k) + " L=" +
+         std::to_string(s.loras) + " E=" + std::to_string(s.experts) + " " +
+         dtype_name(s.dtype) + " order=" + std::to_string(static_cast<int>(s.order)) +
+         " slab=" + std::to_string(slab);
+}
+
+BgmvPlan prepare_grouped(const GpuCase& g, int slab) {
+  BgmvOptions o;
+  o.grouped = true;
+  bgmv::detail::PrepareInternals internals;
+  internals.grouped_slab_cols = slab;
+  return BgmvPlan(bgmv::detail::prepare_impl(g.x, g.views(g.a), g.views(g.b), g.sorted,
+                                             g.experts, g.loras, g.weights, g.host.spec.experts,
+                                             o, internals));
+}
+
+/// Each slab form of `row` (those whose partials fit) against the CPU grouped order.
+void check_forms(const GroupedRow& row, uint64_t seed, const std::vector<int>& slabs) {
+  GpuCase g(bgmv_test::make_case(grouped_spec(row, seed)));
+  BgmvOptions cpu_options;
+  cpu_options.grouped = true;
+  BgmvPlan cpu = g.prepare_cpu(cpu_options);
+  ASSERT_TRUE(cpu.grouped());
+  cpu.run(nullptr);
+  const std::vector<float> want = fetch_y(cpu.y_accum());
+  const std::vector<uint16_t> want_rows = fetch_u16(cpu.shrink_out());
+  const int64_t pairs = static_cast<int64_t>(g.host.sorted_token_ids.size());
+  for (const int slab : slabs) {
+    if (pairs * slab * 4 > bgmv::kGroupSlabMaxSmem) continue;
+    const std::string label = label_of(g.host.spec, slab);
+    BgmvPlan gpu = prepare_grouped(g, slab);
+    ASSERT_TRUE(gpu.grouped()) << label;
+    std::vector<float> first;
+    for (int i = 0; i < 8; ++i) {
+      poison_and_run(gpu, nullptr);  // y and shrink rows 0xFF before every run
+      const std::vector<float> y = fetch_y(gpu.y_accum());
+      if (i == 0) {
+        first = y;
+        EXPECT_TRUE(bitwise_equal(y, want, g.host.spec.hidden)) << label << ": y vs CPU grouped";
+        EXPECT_TRUE(bitwise_equal(fetch_u16(gpu.shrink_out()), want_rows, g.host.spec.rank))
+            << label << ": shrink rows vs CPU";
+      } else {
+        ASSERT_TRUE(bitwise_equal(y, first, g.host.spec.hidden)) << label << ": replay " << i;
+      }
+    }
+    expect_close_to_oracle(g.host, first, label);
+  }
+}
+
+TEST(BgmvGroupedGpu, SmallFormsBitwiseVsCpu) {
+  CAKEMOE_REQUIRE_GPU();
+  const std::vector<int> slabs = {0, 4, 8, 16};
+  const GroupedRow rows[] = {
+      {768, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
+      {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
+      {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},  // > 16 routes: scan
+      {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted}};
+  uint64_t seed = 900;
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, slabs);
+}
+
+TEST(BgmvGroupedGpu, FormsBitwiseVsCpu) {
+  CAKEMOE_REQUIRE_GPU();
+  const std::vector<int> slabs = {-1, 0, 4, 8, 16};
+  const GroupedRow rows[] = {
+      {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},
+      {2688, 16, 300, 8, 4, 64, DType::kFP16, PairOrder::kExpertSorted},
+      {4096, 64, 256, 6, 2, 128, DType::kBF16, PairOrder::kSlotMajor},
+      {7176, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};  // A not staged
+  uint64_t seed = 950;
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, slabs);
+}
+
+// P > 16384: hist / scan / scatter index and the fp32-partials expand + combine.
+TEST(BgmvGroupedGpu, ManyPairsUseTheMultiCtaIndex) {
+  CAKEMOE_REQUIRE_GPU();
+  const GroupedRow row = {512, 8, 4200, 4, 4, 64, DType::kBF16, PairOrder::kExpertSorted};
+  const bgmv::GroupedGeometry geo = bgmv::grouped_geometry(4200 * 4, 512, 4, 64, 132);
+  ASSERT_FALSE(geo.fused_index);
+  check_forms(row, 990, {-1});
+}
+
+}  // namespace
+}  // namespace bgmv_gpu
+}  // namespace cakemoe
