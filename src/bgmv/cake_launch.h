@@ -34,7 +34,9 @@ struct CakeParams {
   int64_t T = 0, H = 0, R = 0, P = 0, L = 0, E = 0;
   int form = 0;         ///< shrink ring: 0 = 2 stages, 2 = 3 stages (form 1 is not built)
   int splits = 1;       ///< hidden splits of the shrink (spec §4.2), 1..8
-  int schedule_id = 0;  ///< expand: 0 = 64 threads x 64 columns, 1 = 128 x 128
+  /// expand (R/8 lanes per column): 0 = 64 threads x 64/(R/8) columns, one column lane each;
+  /// 1 = 128 threads x 128 columns, R/8 column lanes each
+  int schedule_id = 0;
   int pdl_mode = 0;     ///< spec §4.4: 0 plain, 1 early trigger, 2 late trigger
 };
 

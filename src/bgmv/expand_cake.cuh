@@ -1,6 +1,7 @@
-// Cake generic expand (spec §4.3): token-owned, grid (T, ceil(H / kCols)), one thread per output
-// column holding the R/8 rank-group accumulators of §3.2 and folding them with the fixed
-// butterfly. Route discovery and the route index epilogue follow §3.3.
+// Cake generic expand (spec §4.3): token-owned, grid (T, ceil(H / cols)). Lane-cooperative: the
+// G = R/8 lanes of a column each hold one rank-group accumulator of §3.2 (lane g: ranks
+// 8g..8g+7), so one warp load reads whole contiguous B rows; the lanes fold with the fixed XOR
+// butterfly and lane 0 stores. Route discovery and the route index epilogue follow §3.3.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,28 +16,40 @@ namespace cakemoe {
 namespace bgmv {
 namespace dev {
 
-constexpr int kExpandBatch = 32;  // routes whose shrink rows are staged in shared memory at once
+/// Pairs one warp scans per round; also the capacity of the staged route list. With P at most
+/// this the routes are found before `griddepcontrol.wait` from inputs only (no route index).
+constexpr int kScanPairs = 256;
+/// Routes past the register-prefetched first batch whose B rows are pulled into L2 pre-wait.
+constexpr int kL2PrefetchRoutes = 12;
 
 enum RouteMode : int { kNoRoutes = 0, kRouteList = 1, kSerialScan = 2 };
 
-/// Shared state of one expand CTA.
-template <int kRank, int kCols>
+/// CTA shape of one expand instance: kThreads threads, each owning kItems (column, lane) slots
+/// spaced kThreads / G columns apart, and loading kBatch routes' B vectors before its FMAs.
+template <int kRank, int kThreads, int kItems, int kBatch>
+struct ExpandShape {
+  static constexpr int kGroups = kRank / 8;                  // lanes per column
+  static constexpr int kColStride = kThreads / kGroups;      // columns per item row
+  static constexpr int kCols = kItems * kColStride;          // columns per CTA
+  static_assert(kGroups >= 1 && kGroups <= 8 && kWarp % kGroups == 0, "rank 8..64");
+  static_assert(kThreads % kWarp == 0 && kBatch >= 1, "whole warps");
+};
+
+/// Shared state of one expand CTA: the ascending route list with each route's weight and the
+/// element offset of B[l, e].
 struct ExpandShared {
-  float rows[kExpandBatch][kRank];  // widened shrink rows of the staged routes
-  float weights[kExpandBatch];
-  int64_t b_offset[kExpandBatch];   // element offset of B[l, e] for each staged route
-  int64_t routes[kCols > kMaxIndexedRoutes ? kCols : kMaxIndexedRoutes];
-  int warp_counts[kCols / kWarp];
+  int32_t routes[kScanPairs];
+  float weights[kScanPairs];
+  int64_t b_offset[kScanPairs];
   int count;
   int mode;
 };
 
-/// Thread 0: the routes of token t from the route index (§3.3 steps 1-2), ascending in shared
-/// memory; kSerialScan when more than 16 were published.
+/// Thread 0, after the wait: the routes of token t from the route index (§3.3 steps 1-2),
+/// ascending in shared memory; kSerialScan when more than 16 were published.
 /// `at0` / `at1`: pair 2t / 2t+1 holds t with P == 2T (implicit, never published).
-template <int kRank, int kCols>
 CAKEMOE_DEVICE void find_routes(const CakeParams& p, int64_t t, uint32_t published, bool at0,
-                                bool at1, ExpandShared<kRank, kCols>& sh) {
+                                bool at1, ExpandShared& sh) {
   const RouteIndex ri{p.route_index, p.T};
   // NOTE: the contiguous fast path also needs an empty published list: with P == 2T a token may
   // sit at 2t, 2t+1 and still own a route elsewhere (another token then owns fewer).
@@ -44,12 +57,20 @@ CAKEMOE_DEVICE void find_routes(const CakeParams& p, int64_t t, uint32_t publish
     sh.mode = kSerialScan;
     return;
   }
+  uint32_t slot[kSlotsPerToken];
+#pragma unroll
+  for (int i = 0; i < kSlotsPerToken; ++i) {  // independent loads: one round trip
+    slot[i] = static_cast<uint32_t>(i) < published ? load_word(ri.slots(t) + i) : 0u;
+  }
   int n = 0;
-  for (uint32_t i = 0; i < published; ++i) sh.routes[n++] = load_word(ri.slots(t) + i);
-  if (at0) sh.routes[n++] = 2 * t;
-  if (at1) sh.routes[n++] = 2 * t + 1;
+#pragma unroll
+  for (int i = 0; i < kSlotsPerToken; ++i) {
+    if (static_cast<uint32_t>(i) < published) sh.routes[n++] = static_cast<int32_t>(slot[i]);
+  }
+  if (at0) sh.routes[n++] = static_cast<int32_t>(2 * t);
+  if (at1) sh.routes[n++] = static_cast<int32_t>(2 * t + 1);
   for (int i = 1; i < n; ++i) {  // insertion sort of at most 18 pair ids
-    const int64_t v = sh.routes[i];
+    const int32_t v = sh.routes[i];
     int j = i - 1;
     while (j >= 0 && sh.routes[j] > v) {
       sh.routes[j + 1] = sh.routes[j];
@@ -61,98 +82,212 @@ CAKEMOE_DEVICE void find_routes(const CakeParams& p, int64_t t, uint32_t publish
   sh.mode = n > 0 ? kRouteList : kNoRoutes;
 }
 
-/// Accumulates routes[0..n) (ascending) into the thread's rank-group accumulators.
-template <bool kFp16, int kRank, int kCols>
-CAKEMOE_DEVICE void expand_routes(const CakeParams& p, int64_t l, const int64_t* routes, int n,
-                                  int64_t col, ExpandShared<kRank, kCols>& sh, float* acc) {
-  constexpr int kGroups = kRank / 8;
-  const int tid = threadIdx.x;
-  const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out);
-  const uint16_t* lora_b = static_cast<const uint16_t*>(p.lora_b);
-  for (int b0 = 0; b0 < n; b0 += kExpandBatch) {
-    const int nb = min(kExpandBatch, n - b0);
-    for (int i = tid; i < nb * kRank; i += kCols) {
-      const int j = i / kRank;
-      sh.rows[j][i % kRank] = widen<kFp16>(shrink[routes[b0 + j] * kRank + i % kRank]);
-    }
-    if (tid < nb) {
-      const int64_t pair = routes[b0 + tid];
-      sh.weights[tid] = p.topk_weights[pair];
-      sh.b_offset[tid] = (l * p.E + p.expert_ids[pair]) * p.H * kRank;
-    }
-    __syncthreads();
-    if (col < p.H) {
-      for (int j = 0; j < nb; ++j) {
-        const uint4* b_row = reinterpret_cast<const uint4*>(lora_b + sh.b_offset[j] + col * kRank);
-        const float w = sh.weights[j];
+/// Warp 0: the pairs p in [start, start + kScanPairs) with sorted_token_ids[p] == t, ascending,
+/// into sh.routes; lane 0 writes sh.count. Reads inputs only (legal before the PDL wait).
+CAKEMOE_DEVICE void scan_routes(const CakeParams& p, int64_t t, int64_t start, ExpandShared& sh) {
+  constexpr int kPerLane = kScanPairs / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  int64_t ids[kPerLane];
 #pragma unroll
-        for (int g = 0; g < kGroups; ++g) {
-          float bf[8];
-          unpack8<kFp16>(b_row[g], bf);
-          float part = 0.0f;
+  for (int i = 0; i < kPerLane; ++i) {  // all loads in flight before the first ballot
+    const int64_t pair = start + i * kWarp + lane;
+    ids[i] = pair < p.P ? p.sorted_token_ids[pair] : -1;
+  }
+  int n = 0;
 #pragma unroll
-          for (int i = 0; i < 8; ++i) part = fmaf(sh.rows[j][8 * g + i], bf[i], part);
-          acc[g] = fmaf(part, w, acc[g]);
-        }
+  for (int i = 0; i < kPerLane; ++i) {
+    const bool match = ids[i] == t;  // NOTE: t is in [0, T), so padding ids never match
+    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, match);
+    if (match) {
+      sh.routes[n + __popc(ballot & ((1u << lane) - 1u))] =
+          static_cast<int32_t>(start + i * kWarp + lane);
+    }
+    n += __popc(ballot);
+  }
+  if (lane == 0) sh.count = n;
+}
+
+/// Weight and B[l, e] offset of routes [0, n) (CTA-wide; the caller syncs before and after).
+template <int kRank, int kThreads>
+CAKEMOE_DEVICE void route_meta(const CakeParams& p, int64_t l, int n, ExpandShared& sh) {
+  for (int j = threadIdx.x; j < n; j += kThreads) {
+    const int64_t pair = sh.routes[j];
+    sh.weights[j] = p.topk_weights[pair];
+    sh.b_offset[j] = (l * p.E + p.expert_ids[pair]) * p.H * kRank;
+  }
+}
+
+/// Element e (0..7) of a 16-byte vector of 16-bit values, widened (as unpack8 does).
+template <bool kFp16>
+CAKEMOE_DEVICE float widen_half(const uint4& v, int e) {
+  const uint32_t word = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
+  return widen<kFp16>(static_cast<uint16_t>(e % 2 == 0 ? word & 0xFFFFu : word >> 16));
+}
+
+/// The thread's (column, lane) slots of one CTA.
+template <class Shape>
+struct ExpandLanes {
+  int g;          // rank group of this lane
+  int64_t col0;   // column of item 0; item i is col0 + i * Shape::kColStride
+  int64_t H;
+
+  CAKEMOE_DEVICE int64_t col(int i) const { return col0 + i * Shape::kColStride; }
+  CAKEMOE_DEVICE bool in(int i) const { return col(i) < H; }
+};
+
+/// B vectors (ranks 8g..8g+7) of routes [j0, j0 + kBatch) for every item (needs j0 < n).
+/// NOTE: the loads are unconditional (a route past n or a column past H is clamped to a valid one
+/// and its value is never used), so the compiler cannot sink them behind the previous FMAs.
+template <int kRank, int kItems, int kBatch, class Lanes>
+CAKEMOE_DEVICE void load_b(const uint16_t* lora_b, const ExpandShared& sh, int j0, int n,
+                           const Lanes& ln, uint4 (&bv)[kBatch][kItems]) {
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) {
+    const uint16_t* b = lora_b + sh.b_offset[min(j0 + j, n - 1)] + 8 * ln.g;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      bv[j][i] = __ldg(reinterpret_cast<const uint4*>(b + min(ln.col(i), ln.H - 1) * kRank));
+    }
+  }
+}
+
+/// Pulls the B rows of routes [j0, j1) of every item into L2 (inputs only; no registers).
+template <int kRank, int kItems, class Lanes>
+CAKEMOE_DEVICE void prefetch_b_l2(const uint16_t* lora_b, const ExpandShared& sh, int j0, int j1,
+                                  const Lanes& ln) {
+  for (int j = j0; j < j1; ++j) {
+    const uint16_t* b = lora_b + sh.b_offset[j] + 8 * ln.g;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      if (ln.in(i)) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(b + ln.col(i) * kRank));
+    }
+  }
+}
+
+/// One batch, routes [j0, j0 + kBatch) of sh with their B vectors in bv: loads the shrink rows
+/// (L2), then the §3.2 per-route arithmetic: part = fma chain over the lane's 8 ranks from 0,
+/// then acc = fma(part, w, acc) in ascending route order. Slots past n leave acc untouched.
+template <bool kFp16, int kRank, int kItems, int kBatch, class Lanes>
+CAKEMOE_DEVICE void expand_batch(const uint16_t* shrink, const ExpandShared& sh, int j0, int n,
+                                 const Lanes& ln, const uint4 (&bv)[kBatch][kItems],
+                                 float (&acc)[kItems]) {
+  uint4 sv[kBatch];
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) {
+    const int64_t pair = sh.routes[min(j0 + j, n - 1)];
+    sv[j] = __ldcg(reinterpret_cast<const uint4*>(shrink + pair * kRank) + ln.g);
+  }
+  // The batch's fma chains interleaved step by step (each chain keeps its own order), so the
+  // first FMAs already need every load of the batch.
+  float part[kBatch][kItems];
+#pragma unroll
+  for (int r = 0; r < 8; r += 2) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const float s0 = widen_half<kFp16>(sv[j], r), s1 = widen_half<kFp16>(sv[j], r + 1);
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) {
+        const float b0 = widen_half<kFp16>(bv[j][i], r), b1 = widen_half<kFp16>(bv[j][i], r + 1);
+        part[j][i] = fmaf(s0, b0, r == 0 ? 0.0f : part[j][i]);
+        part[j][i] = fmaf(s1, b1, part[j][i]);
       }
     }
-    __syncthreads();
   }
-}
-
-/// §3.3 step 3: every pair of token t in ascending order, a CTA-wide chunk at a time.
-template <bool kFp16, int kRank, int kCols>
-CAKEMOE_DEVICE void expand_serial_scan(const CakeParams& p, int64_t t, int64_t l, int64_t col,
-                                       ExpandShared<kRank, kCols>& sh, float* acc) {
-  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
-  for (int64_t start = 0; start < p.P; start += kCols) {
-    const int64_t pair = start + tid;
-    const bool match = pair < p.P && p.sorted_token_ids[pair] == t;
-    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, match);
-    if (lane == 0) sh.warp_counts[warp] = __popc(ballot);
-    __syncthreads();
-    int offset = __popc(ballot & ((1u << lane) - 1u)), total = 0;
-    for (int w = 0; w < kCols / kWarp; ++w) {
-      if (w < warp) offset += sh.warp_counts[w];
-      total += sh.warp_counts[w];
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) {
+    const bool route = j0 + j < n;  // uniform
+    const float w = sh.weights[min(j0 + j, n - 1)];
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const float next = fmaf(part[j][i], w, acc[i]);
+      acc[i] = route ? next : acc[i];
     }
-    if (match) sh.routes[offset] = pair;
-    __syncthreads();
-    expand_routes<kFp16, kRank, kCols>(p, l, sh.routes, total, col, sh, acc);
   }
 }
 
-/// Pulls this column's B rows of the contiguous routes 2t, 2t+1 into L2 while the shrink still
-/// runs (PDL) or while thread 0 discovers the routes. Reads inputs only, never shrink outputs.
-template <int kRank>
+/// Accumulates routes [0, n) of sh (ascending), kBatch routes' loads at a time.
+/// `b_ready`: bv already holds routes [0, kBatch) (loaded before the PDL wait).
+template <bool kFp16, int kRank, int kItems, int kBatch, class Lanes>
+CAKEMOE_DEVICE void expand_routes(const CakeParams& p, const ExpandShared& sh, int n,
+                                  const Lanes& ln, bool b_ready, uint4 (&bv)[kBatch][kItems],
+                                  float (&acc)[kItems]) {
+  const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out);
+  const uint16_t* lora_b = static_cast<const uint16_t*>(p.lora_b);
+  int j0 = 0;
+  if (b_ready && n > 0) {
+    expand_batch<kFp16, kRank, kItems, kBatch>(shrink, sh, 0, n, ln, bv, acc);
+    j0 = kBatch;
+  }
+  for (; j0 < n; j0 += kBatch) {
+    load_b<kRank, kItems, kBatch>(lora_b, sh, j0, n, ln, bv);
+    expand_batch<kFp16, kRank, kItems, kBatch>(shrink, sh, j0, n, ln, bv, acc);
+  }
+}
+
+/// Pulls this thread's B rows of the contiguous routes 2t, 2t+1 into L2 while the shrink still
+/// runs (PDL) or while thread 0 discovers the routes (P above the pre-wait scan limit).
+template <int kRank, int kItems, class Lanes>
 CAKEMOE_DEVICE void prefetch_contiguous_b(const CakeParams& p, int64_t t, int64_t l,
-                                          int64_t col) {
-  if (l < 0 || col >= p.H || p.P != 2 * p.T) return;
+                                          const Lanes& ln) {
+  if (l < 0 || p.P != 2 * p.T) return;
   const uint16_t* lora_b = static_cast<const uint16_t*>(p.lora_b);
   for (int64_t pair = 2 * t; pair < 2 * t + 2; ++pair) {
     if (p.sorted_token_ids[pair] != t) continue;
-    const uint16_t* row = lora_b + ((l * p.E + p.expert_ids[pair]) * p.H + col) * kRank;
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row));
+    const uint16_t* b = lora_b + (l * p.E + p.expert_ids[pair]) * p.H * kRank + 8 * ln.g;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      if (ln.in(i)) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(b + ln.col(i) * kRank));
+    }
   }
 }
 
-template <bool kFp16, int kRank, int kCols>
-__global__ void __launch_bounds__(kCols) cake_expand_kernel(const CakeParams p) {
-  constexpr int kGroups = kRank / 8;
-  __shared__ ExpandShared<kRank, kCols> sh;
+// NOTE: the minimum of 512 threads per SM lets ptxas keep a whole batch's loads in flight (with
+// no occupancy hint it interleaves them with the previous route's FMAs); at most 128 registers.
+template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch>
+__global__ void __launch_bounds__(kThreads, 512 / kThreads)
+    cake_expand_kernel(const CakeParams p) {
+  using Shape = ExpandShape<kRank, kThreads, kItems, kBatch>;
+  constexpr int kGroups = Shape::kGroups;
+  __shared__ ExpandShared sh;
   const int tid = threadIdx.x;
   const int64_t t = blockIdx.x;
-  const int64_t col = static_cast<int64_t>(blockIdx.y) * kCols + tid;
-  // Inputs only before the dependency wait: LoRA, implicit positions, B prefetch.
+  const ExpandLanes<Shape> ln{tid % kGroups,
+                              static_cast<int64_t>(blockIdx.y) * Shape::kCols + tid / kGroups,
+                              p.H};
+  const uint16_t* lora_b = static_cast<const uint16_t*>(p.lora_b);
+  float acc[kItems];
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) acc[i] = 0.0f;
+  uint4 bv[kBatch][kItems];
+
+  // Before the dependency wait: inputs only (LoRA, routes by scan, B of the first batch).
   const int64_t l = p.lora_indices[t];
-  prefetch_contiguous_b<kRank>(p, t, l, col);
-  const bool top2 = p.P == 2 * p.T;
+  const bool early = p.P <= kScanPairs;
   bool at0 = false, at1 = false;
-  if (tid == 0 && top2) {
-    at0 = p.sorted_token_ids[2 * t] == t;
-    at1 = p.sorted_token_ids[2 * t + 1] == t;
+  if (early) {
+    if (tid < kWarp) {
+      if (l >= 0) {
+        scan_routes(p, t, 0, sh);
+      } else if (tid == 0) {
+        sh.count = 0;
+      }
+    }
+    __syncthreads();
+    const int n = sh.count;
+    route_meta<kRank, kThreads>(p, l, n, sh);
+    __syncthreads();
+    if (n > 0) load_b<kRank, kItems, kBatch>(lora_b, sh, 0, n, ln, bv);
+    prefetch_b_l2<kRank, kItems>(lora_b, sh, kBatch, min(n, kBatch + kL2PrefetchRoutes), ln);
+  } else {
+    prefetch_contiguous_b<kRank, kItems>(p, t, l, ln);
+    if (tid == 0 && p.P == 2 * p.T) {
+      at0 = p.sorted_token_ids[2 * t] == t;
+      at1 = p.sorted_token_ids[2 * t + 1] == t;
+    }
   }
   pdl_wait();
+
+  // Route index words (§3.3): read by every CTA, used by the epilogue of column block 0.
   const RouteIndex ri{p.route_index, p.T};
   uint32_t parity = 0, count = 0, launch = 0;
   if (tid == 0) {
@@ -164,23 +299,46 @@ __global__ void __launch_bounds__(kCols) cake_expand_kernel(const CakeParams p) 
     const uint32_t base_even = load_word(ri.base(t, 0));
     const uint32_t base_odd = load_word(ri.base(t, 1));
     if (t == 0 && blockIdx.y == 0) launch = load_word(ri.launch_counter());
-    sh.count = 0;
-    sh.mode = kNoRoutes;
-    const uint32_t published = count - (parity != 0 ? base_odd : base_even);
-    if (l >= 0) find_routes<kRank, kCols>(p, t, published, at0, at1, sh);
+    if (!early) {
+      sh.count = 0;
+      sh.mode = kNoRoutes;
+      const uint32_t published = count - (parity != 0 ? base_odd : base_even);
+      if (l >= 0) find_routes(p, t, published, at0, at1, sh);
+    }
   }
-  __syncthreads();
-  float acc[kGroups];
+
+  // Accumulate: the scanned list, the indexed list, or the chunked serial scan (§3.3 step 3).
+  if (early) {
+    expand_routes<kFp16, kRank, kItems, kBatch>(p, sh, sh.count, ln, true, bv, acc);
+  } else {
+    __syncthreads();
+    const int mode = sh.mode;
+    if (mode == kRouteList) {
+      const int n = sh.count;
+      route_meta<kRank, kThreads>(p, l, n, sh);
+      __syncthreads();
+      expand_routes<kFp16, kRank, kItems, kBatch>(p, sh, n, ln, false, bv, acc);
+    } else if (mode == kSerialScan) {
+      for (int64_t start = 0; start < p.P; start += kScanPairs) {
+        if (tid < kWarp) scan_routes(p, t, start, sh);
+        __syncthreads();
+        const int n = sh.count;
+        route_meta<kRank, kThreads>(p, l, n, sh);
+        __syncthreads();
+        expand_routes<kFp16, kRank, kItems, kBatch>(p, sh, n, ln, false, bv, acc);
+        __syncthreads();  // the next chunk overwrites the list
+      }
+    }
+  }
+
+  // Lane fold (§3.2): XOR butterfly, offsets G/2..1. Lane 0 adds the same operands in the same
+  // order as the reference's serial fold; every lane of the warp takes part in each shuffle.
 #pragma unroll
-  for (int g = 0; g < kGroups; ++g) acc[g] = 0.0f;
-  const int mode = sh.mode;
-  if (mode == kRouteList) {
-    expand_routes<kFp16, kRank, kCols>(p, l, sh.routes, sh.count, col, sh, acc);
-  } else if (mode == kSerialScan) {
-    expand_serial_scan<kFp16, kRank, kCols>(p, t, l, col, sh, acc);
-  }
-  if (col < p.H) {
-    p.y[t * p.y_row_stride + col] = butterfly_lane0<kGroups>(acc);
+  for (int i = 0; i < kItems; ++i) {
+    float v = acc[i];
+#pragma unroll
+    for (int off = kGroups / 2; off >= 1; off /= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, off);
+    if (ln.g == 0 && ln.in(i)) p.y[t * p.y_row_stride + ln.col(i)] = v;
   }
   // §3.3 epilogue: only the other parity's base changes, so sibling CTAs of this token that still
   // read base_parity are undisturbed; token 0 advances the launch counter.

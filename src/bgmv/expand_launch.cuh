@@ -16,12 +16,13 @@ namespace cakemoe {
 namespace bgmv {
 namespace dev {
 
-template <bool kFp16, int kRank, int kCols>
+template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch>
 void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
+  using Shape = ExpandShape<kRank, kThreads, kItems, kBatch>;
   cudaLaunchConfig_t config = {};
-  config.gridDim =
-      dim3(static_cast<unsigned>(p.T), static_cast<unsigned>((p.H + kCols - 1) / kCols));
-  config.blockDim = dim3(kCols);
+  config.gridDim = dim3(static_cast<unsigned>(p.T),
+                        static_cast<unsigned>((p.H + Shape::kCols - 1) / Shape::kCols));
+  config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = 0;
   config.stream = stream;
   cudaLaunchAttribute attribute[1] = {};
@@ -29,11 +30,27 @@ void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = p.pdl_mode != 0 ? 1 : 0;
-  CAKEMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, cake_expand_kernel<kFp16, kRank, kCols>, p));
+  CAKEMOE_CUDA_CHECK(cudaLaunchKernelEx(
+      &config, cake_expand_kernel<kFp16, kRank, kThreads, kItems, kBatch>, p));
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
 
-/// The unit launcher: schedule 0 = 64 threads x 64 columns, 1 = 128 x 128; dtype 0 bf16, 1 fp16.
+/// Schedule 0, narrow: 64 threads, one (column, lane) slot each, so 64 / G columns per CTA and
+/// 4 routes' loads in flight per thread (small T: many CTAs, short ones).
+/// Schedule 1, wide: 128 threads x 128 columns, G slots per thread, 8 B vectors in flight per
+/// thread (route discovery amortised over 128 columns).
+template <bool kFp16, int kRank>
+void launch_expand_schedule(const CakeParams& p, cudaStream_t stream) {
+  constexpr int kGroups = kRank / 8;
+  constexpr int kWideBatch = 8 / kGroups < 4 ? (8 / kGroups < 1 ? 1 : 8 / kGroups) : 4;
+  if (p.schedule_id == 1) {
+    launch_expand_instance<kFp16, kRank, 128, kGroups, kWideBatch>(p, stream);
+  } else {
+    launch_expand_instance<kFp16, kRank, 64, 1, 4>(p, stream);
+  }
+}
+
+/// The unit launcher: schedule 0 narrow, 1 wide (above); dtype 0 bf16, 1 fp16.
 template <int kRank>
 void launch_cake_expand_rank(const CakeParams& p, void* stream) {
   if (p.R != kRank) throw InvalidArgument("rank", "the expand unit was built for another rank");
@@ -42,13 +59,10 @@ void launch_cake_expand_rank(const CakeParams& p, void* stream) {
   }
   if (p.T <= 0 || p.H <= 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool wide = p.schedule_id == 1;
   if (p.dtype == 1) {
-    wide ? launch_expand_instance<true, kRank, 128>(p, s)
-         : launch_expand_instance<true, kRank, 64>(p, s);
+    launch_expand_schedule<true, kRank>(p, s);
   } else {
-    wide ? launch_expand_instance<false, kRank, 128>(p, s)
-         : launch_expand_instance<false, kRank, 64>(p, s);
+    launch_expand_schedule<false, kRank>(p, s);
   }
 }
 
