@@ -461,6 +461,138 @@ TEST(BgmvKernelsGpu, PortableSpecFallbackShapes) {
   check_portable({DType::kFP16, 9, 1030, 5, 33, 3, 4});
 }
 
+// ---- Lane-cooperative expand (R/8 lanes per column, batched routes, pre-wait route scan) -------
+
+/// One Cake problem over several forced expand schedules and PDL modes (fresh route index each).
+void check_expand_variants(const CaseSpec& spec, bgmv_test::Case& c, int runs,
+                           const char* label) {
+  for (int schedule : {0, 1}) {
+    for (int pdl : {0, 1, 2}) {
+      LaunchConfig cfg;
+      cfg.schedule = schedule;
+      cfg.pdl = pdl;
+      SCOPED_TRACE(std::string(label) + " k=" + std::to_string(spec.top_k));
+      check_cake(c, cfg, runs, "forced schedule / pdl");
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(BgmvKernelsGpu, ExpandLaneLayoutLargeTopKSmallTokens) {
+  CAKEMOE_REQUIRE_GPU();
+  // k 6 / 8 at T 1..32, rank 64 and 32 (and 16 / 8 once), both dtypes, H with and without a
+  // column tail for every CTA width (3000 = 8 * 375: tails for 16, 32, 64 and 128 columns).
+  struct Row {
+    int64_t hidden, rank, tokens, top_k;
+    DType dtype;
+    PairOrder order;
+  };
+  const Row rows[] = {
+      {3072, 64, 1, 8, DType::kBF16, PairOrder::kTokenMajor},
+      {3000, 64, 2, 6, DType::kFP16, PairOrder::kSlotMajor},
+      {3072, 64, 8, 8, DType::kFP16, PairOrder::kExpertSorted},
+      {3000, 64, 8, 6, DType::kBF16, PairOrder::kTokenMajor},
+      {1000, 64, 9, 8, DType::kBF16, PairOrder::kSlotMajor},
+      {3072, 64, 16, 6, DType::kFP16, PairOrder::kExpertSorted},
+      {2048, 64, 32, 8, DType::kBF16, PairOrder::kSlotMajor},   // P 256: the scan limit
+      {3000, 32, 1, 6, DType::kFP16, PairOrder::kTokenMajor},
+      {3072, 32, 5, 8, DType::kBF16, PairOrder::kExpertSorted},
+      {3000, 32, 24, 8, DType::kFP16, PairOrder::kSlotMajor},
+      {3000, 16, 7, 7, DType::kBF16, PairOrder::kSlotMajor},    // k odd: a partial batch
+      {1000, 8, 6, 5, DType::kFP16, PairOrder::kExpertSorted},
+  };
+  for (const Row& r : rows) {
+    CaseSpec spec;
+    spec.dtype = r.dtype;
+    spec.tokens = r.tokens;
+    spec.hidden = r.hidden;
+    spec.rank = r.rank;
+    spec.experts = 32;
+    spec.top_k = r.top_k;
+    spec.order = r.order;
+    spec.seed = static_cast<uint64_t>(r.hidden + 17 * r.rank + 5 * r.tokens + r.top_k);
+    bgmv_test::Case c = bgmv_test::make_case(spec);
+    SCOPED_TRACE("H=" + std::to_string(r.hidden) + " R=" + std::to_string(r.rank) + " T=" +
+                 std::to_string(r.tokens));
+    check_expand_variants(spec, c, 2, "lane layout");
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(BgmvKernelsGpu, ExpandPrewaitScanLimitBothSides) {
+  CAKEMOE_REQUIRE_GPU();
+  // P == 256 finds the routes by a pre-wait scan; P == 257 (one padding pair more) goes through
+  // the route index (8 published routes per token, the indexed list).
+  for (bool above : {false, true}) {
+    CaseSpec spec;
+    spec.dtype = above ? DType::kFP16 : DType::kBF16;
+    spec.tokens = 32;
+    spec.hidden = 3000;
+    spec.rank = 64;
+    spec.experts = 32;
+    spec.top_k = 8;
+    spec.order = PairOrder::kExpertSorted;
+    spec.seed = above ? 257 : 256;
+    bgmv_test::Case c = bgmv_test::make_case(spec);
+    if (above) c.add_pair(-1, 0, 0.0f);
+    ASSERT_EQ(c.num_pairs(), above ? 257 : 256);
+    check_expand_variants(spec, c, 3, above ? "P 257" : "P 256");
+    if (HasFatalFailure()) return;
+  }
+  // Contiguous top-2: P == 256 (scan) and P == 258 (implicit pairs 2t, 2t+1, nothing published).
+  for (int64_t tokens : {128, 129}) {
+    CaseSpec spec;
+    spec.tokens = tokens;
+    spec.hidden = 1000;
+    spec.rank = 32;
+    spec.seed = 300 + static_cast<uint64_t>(tokens);
+    bgmv_test::Case c = bgmv_test::make_case(spec);
+    check_expand_variants(spec, c, 3, "contiguous top-2");
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(BgmvKernelsGpu, ContiguousLayoutAboveScanLimitWithARouteElsewhere) {
+  CAKEMOE_REQUIRE_GPU();
+  // As ContiguousLayoutWithARouteElsewhere, but P = 280 > 256: the route index path (implicit
+  // 2t, 2t+1 plus one published pair 2T-1, sorted) with the contiguous L2 prefetch.
+  CaseSpec spec;
+  spec.tokens = 140;
+  spec.hidden = 1024;
+  spec.rank = 64;
+  spec.seed = 43;
+  spec.nan_unused_blocks = false;
+  bgmv_test::Case c = bgmv_test::make_case(spec);
+  c.lora_indices[2] = 1;
+  c.sorted_token_ids[2 * spec.tokens - 1] = 2;
+  check_expand_variants(spec, c, 4, "contiguous + published route, P 280");
+}
+
+TEST(BgmvKernelsGpu, SerialScanAcrossChunksAboveScanLimit) {
+  CAKEMOE_REQUIRE_GPU();
+  // Token 3 owns 2 + 300 routes in P = 316 pairs: more than 16 published, so the chunked serial
+  // scan (256 pairs a chunk); its routes straddle the chunk boundary, batches end mid-chunk.
+  for (DType dtype : {DType::kBF16, DType::kFP16}) {
+    CaseSpec spec;
+    spec.dtype = dtype;
+    spec.tokens = 8;
+    spec.hidden = 1000;
+    spec.rank = 16;
+    spec.experts = 8;
+    spec.order = PairOrder::kSlotMajor;
+    spec.seed = 71;
+    spec.nan_unused_blocks = false;
+    bgmv_test::Case c = bgmv_test::make_case(spec);
+    c.lora_indices[3] = 1;
+    for (int i = 0; i < 300; ++i) {
+      c.add_pair(3, i % spec.experts, 0.01f * static_cast<float>(i % 5));
+    }
+    ASSERT_EQ(c.num_pairs(), 316);
+    check_expand_variants(spec, c, 2, "serial scan, two chunks");
+    if (HasFatalFailure()) return;
+  }
+}
+
 }  // namespace
 }  // namespace bgmv_gpu_test
 }  // namespace cakemoe
