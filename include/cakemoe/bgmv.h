@@ -23,6 +23,12 @@ struct BgmvOptions {
   TensorView y_accum;            ///< optional [T, S*F] fp32 (Cake: may be a column slice)
   std::optional<bool> grouped;   ///< unset: heuristic (spec §5)
   std::optional<bool> order_remap;  ///< unset: heuristic (spec §6)
+  /// cakemoe extension, the fused decode path: shrink and expand in ONE cooperative launch (no
+  /// grid boundary; docs/decisions/bgmv-gpu-runtime.md). Unset: chosen on SM90 for T <= 8 and
+  /// P <= 64 when its grid can be co-resident; true forces it (InvalidArgument "fused_decode"
+  /// when it cannot run: grouped, order_remap, P > 128 or a grid too large); false keeps the
+  /// two-kernel path. Same splits, so the same bits either way.
+  std::optional<bool> fused_decode;
 };
 
 /// Shrink launch shape of the generic Cake variant: (form, splits) (spec §4.1).
@@ -47,6 +53,7 @@ class BgmvPlan {
   std::optional<ShrinkLaunch> shrink_launch() const;
   bool grouped() const;
   bool order_remap() const;
+  bool fused_decode() const;                   ///< the one-launch decode path runs (see options)
   int pdl_mode() const;                        ///< 0 plain, 1 early, 2 late (spec §4.4)
   std::optional<int> schedule_id() const;      ///< Cake: 0 t64, 1 t128; portable: none
   const std::string& fallback_reason() const;  ///< empty unless the portable semantics were chosen

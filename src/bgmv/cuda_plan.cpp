@@ -63,6 +63,9 @@ void CudaPlan::enqueue(Stream stream) const {
     case CudaPath::kPortable:
       launch_portable(l.portable, stream);
       break;
+    case CudaPath::kCakeFusedDecode:
+      l.fused_launcher(l.fused, stream);
+      break;
   }
 }
 

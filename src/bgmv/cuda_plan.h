@@ -13,7 +13,8 @@ namespace cakemoe {
 namespace bgmv {
 
 /// What a CUDA plan launches: one of the three sequences of spec §4.
-enum class CudaPath : uint8_t { kCakePerRoute, kCakeGrouped, kPortable };
+/// kCakeFusedDecode: the per-route shrink + expand in one cooperative launch (decode_fused.cuh).
+enum class CudaPath : uint8_t { kCakePerRoute, kCakeGrouped, kPortable, kCakeFusedDecode };
 
 class CudaPlan {
  public:

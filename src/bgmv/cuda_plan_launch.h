@@ -3,6 +3,7 @@
 
 #include "bgmv/cake_launch.h"
 #include "bgmv/cuda_plan.h"
+#include "bgmv/decode_fused_launch.h"
 #include "bgmv/grouped_launch.h"
 
 namespace cakemoe {
@@ -15,6 +16,8 @@ struct CudaPlan::Launch {
   OrderBuildParams order;
   GroupedParams grouped;               ///< grouped pipeline
   PortableParams portable;             ///< portable fallback
+  FusedDecodeParams fused;             ///< fused decode path (one cooperative launch)
+  FusedDecodeLauncher fused_launcher = nullptr;
   OrderBuildLauncher order_launcher = nullptr;
   GroupedLauncher grouped_launcher = nullptr;
 };

@@ -48,6 +48,12 @@ constexpr int64_t kRemapMaxPairs = 1024 * 4;
 constexpr int64_t kRemapMinWeightBytes = 220ll * 1024 * 1024;
 constexpr int64_t kRemapRank64MinHidden = 4096;
 
+// Fused decode path (decode_fused_launch.h has the same geometry for the kernel).
+constexpr int64_t kFusedCols = 128;
+constexpr int64_t kFusedMaxPairs = 128;
+constexpr int64_t kFusedAutoMaxTokens = 8;
+constexpr int64_t kFusedAutoMaxPairs = 64;
+
 // spec §7 specialized bodies.
 constexpr int64_t kSpecializedRank = 32;
 constexpr int64_t kSpecializedMinTokens = 32;
@@ -172,6 +178,28 @@ bool select_order_remap(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_l
   return num_pairs * hidden * rank * 2 >= kRemapMinWeightBytes;
 }
 
+int64_t fused_decode_ctas(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
+                          int splits) {
+  return num_pairs * (rank / kRankTile) * splits + num_tokens * ceil_div(hidden, kFusedCols);
+}
+
+bool fused_decode_fits(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
+                       int splits, int num_sms, int blocks_per_sm) {
+  if (num_pairs < 1 || num_pairs > kFusedMaxPairs || blocks_per_sm <= 0 || num_sms <= 0) {
+    return false;
+  }
+  return fused_decode_ctas(num_tokens, num_pairs, hidden, rank, splits) <=
+         static_cast<int64_t>(blocks_per_sm) * num_sms;
+}
+
+bool select_fused_decode(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
+                         int splits, Arch arch, int num_sms, int blocks_per_sm) {
+  // NOTE: SM90 only: the H200 is where the latency gain is measured (docs/decisions).
+  if (arch != Arch::kSm90a) return false;
+  if (num_tokens > kFusedAutoMaxTokens || num_pairs > kFusedAutoMaxPairs) return false;
+  return fused_decode_fits(num_tokens, num_pairs, hidden, rank, splits, num_sms, blocks_per_sm);
+}
+
 CakeSupport cake_support(const SupportQuery& q) {
   const std::string prefix = "Cake BGMV MoE ";
   if (q.capability &&
@@ -241,6 +269,7 @@ std::ostream& operator<<(std::ostream& os, const PlanChoice& c) {
   os << " grouped=" << c.grouped << " order_remap=" << c.order_remap << " pdl_mode=" << c.pdl_mode
      << " schedule_id=";
   if (c.schedule_id) os << *c.schedule_id; else os << "none";
+  if (c.fused_decode) os << " fused_decode=1";
   if (!c.fallback_reason.empty()) os << " fallback_reason=\"" << c.fallback_reason << "\"";
   return os;
 }
@@ -252,6 +281,8 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   if (c.variant == Variant::kSpecialized) {
     core::require(!remap_forced, "order_remap",
                   "order_remap=true cannot be combined with the specialized variant");
+    core::require(!p.fused_decode.value_or(false), "fused_decode",
+                  "fused_decode=true cannot be combined with the specialized variant");
     c.schedule_id = select_specialized_schedule(p.num_tokens, p.hidden);
     c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
     return c;
@@ -289,6 +320,23 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   c.shrink_launch = shrink;
   c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
   c.schedule_id = select_generic_schedule(p.num_tokens);
+  // Fused decode: same splits, so the same bits; only the launch sequence changes.
+  const bool fits = fused_decode_fits(p.num_tokens, p.num_pairs, p.hidden, p.rank, shrink.splits,
+                                      p.num_sms, p.fused_blocks_per_sm);
+  if (p.fused_decode.value_or(false)) {
+    core::require(!c.grouped && !c.order_remap, "fused_decode",
+                  "fused_decode=true cannot be combined with the grouped pipeline or order_remap");
+    core::require(fits, "fused_decode",
+                  "the fused decode grid (" +
+                      std::to_string(fused_decode_ctas(p.num_tokens, p.num_pairs, p.hidden,
+                                                       p.rank, shrink.splits)) +
+                      " CTAs) must be co-resident (" + std::to_string(p.fused_blocks_per_sm) +
+                      " per SM x " + std::to_string(p.num_sms) + " SMs) with num_pairs <= 128");
+    c.fused_decode = true;
+  } else if (!p.fused_decode.has_value() && !c.grouped && !c.order_remap) {
+    c.fused_decode = select_fused_decode(p.num_tokens, p.num_pairs, p.hidden, p.rank,
+                                         shrink.splits, p.arch, p.num_sms, p.fused_blocks_per_sm);
+  }
   return c;
 }
 

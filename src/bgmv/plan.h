@@ -49,6 +49,18 @@ bool select_grouped(int64_t num_pairs, int64_t num_tokens, int64_t num_loras, in
 /// spec §6: heuristic for the SM90 shrink order remap (order_remap = None, grouped not chosen).
 bool select_order_remap(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
                         int64_t num_experts, int64_t hidden, int64_t rank, Arch arch);
+/// Fused decode path (one cooperative launch, src/bgmv/decode_fused.cuh): CTAs of its grid,
+/// P * (R / 8) * splits shrink CTAs + T * ceil(H / 128) expand CTAs.
+int64_t fused_decode_ctas(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
+                          int splits);
+/// Whether the fused grid can be co-resident: fused_decode_ctas <= blocks_per_sm * num_sms
+/// (blocks_per_sm: the kernel's occupancy; 0 = no fused kernel built) and P <= 128.
+bool fused_decode_fits(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
+                       int splits, int num_sms, int blocks_per_sm);
+/// cakemoe heuristic (fused_decode unset): SM90 only (the measured target), T <= 8, P <= 64 and
+/// the grid fits. Bits do not depend on it (same splits as the two-kernel path).
+bool select_fused_decode(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
+                         int splits, Arch arch, int num_sms, int blocks_per_sm);
 
 // ---- Cake support set (spec §9) -----------------------------------------------------------------
 
@@ -115,6 +127,7 @@ struct PlanChoice {
   int pdl_mode = 0;
   std::optional<int> schedule_id;
   std::string fallback_reason;
+  bool fused_decode = false;  ///< one cooperative shrink + expand launch (per-route family)
 };
 std::ostream& operator<<(std::ostream& os, const PlanChoice& choice);
 
@@ -130,10 +143,14 @@ struct ProblemDesc {
   bool specialized_built = false;
   std::optional<bool> grouped;      ///< forced value, or heuristic when unset
   std::optional<bool> order_remap;  ///< forced value, or heuristic when unset
+  std::optional<bool> fused_decode;  ///< forced value, or heuristic when unset
+  int fused_blocks_per_sm = 0;       ///< occupancy of the fused kernel (0: not built)
 };
 /// The Cake choice for a problem inside the support set. Throws InvalidArgument("order_remap")
 /// when order_remap is forced together with grouped or the specialized variant (spec §10 rule 15),
-/// and InvalidArgument("grouped" / "order_remap") when a forced pipeline exceeds its kernel limits.
+/// and InvalidArgument("grouped" / "order_remap") when a forced pipeline exceeds its kernel limits;
+/// InvalidArgument("fused_decode") when fused_decode=true is forced with grouped, order_remap, the
+/// specialized variant, or a grid that cannot be co-resident.
 PlanChoice choose_cake_plan(const ProblemDesc& problem);
 /// The portable choice (spec §9): no schedule, no shrink launch, reason recorded.
 PlanChoice choose_portable_plan(const std::string& reason);

@@ -88,6 +88,9 @@ struct DeviceFacts {
   int num_sms = 0;
 };
 DeviceFacts query_cuda_device(Device device);
+/// Maximum active CTAs per SM of the fused decode kernel for (dtype, rank) on `device`; 0 when
+/// that kernel unit is not built (or the build has no CUDA).
+int fused_decode_blocks_per_sm(DType dtype, int64_t rank, Device device);
 /// Sets every byte of a workspace to 0 and waits (prepare only).
 void zero_synchronously(const Tensor& t);
 /// Builds impl.cuda (launch operands, device workspaces) for a CUDA plan whose choice, shape,

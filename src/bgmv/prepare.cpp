@@ -16,6 +16,10 @@ namespace {
 constexpr Arch kCpuEmulatedArch = Arch::kSm90a;
 constexpr int kCpuEmulatedSms = 132;
 
+// NOTE: the CPU backend reports the fused decode choice of an H200 with the occupancy the
+// sm_90a build of the fused kernel has (96 registers x 128 threads: 5 CTAs per SM, ptxas -v).
+constexpr int kCpuEmulatedFusedBlocksPerSm = 5;
+
 // Reported by plans that took the portable path through PrepareInternals::force_portable.
 constexpr const char* kForcedPortableReason = "forced portable path (internal option)";
 
@@ -88,6 +92,10 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
     desc.num_sms = num_sms;
     desc.grouped = options.grouped;
     desc.order_remap = options.order_remap;
+    desc.fused_decode = options.fused_decode;
+    desc.fused_blocks_per_sm = on_cpu ? kCpuEmulatedFusedBlocksPerSm
+                                      : detail::fused_decode_blocks_per_sm(s.dtype, s.rank,
+                                                                           s.device);
     choice = choose_cake_plan(desc);
     validate_int32_limits({{"x", x},
                            {"lora_a_weights[0]", lora_a_weights[0]},

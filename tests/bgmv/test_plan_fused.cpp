@@ -1,0 +1,145 @@
+// Selection of the fused decode path (cakemoe extension, docs/decisions/bgmv-gpu-runtime.md):
+// grid size, co-residency, the SM90 heuristic, forcing, and what the CPU backend reports.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bgmv/bgmv_case.h"
+#include "bgmv/plan.h"
+#include "cakemoe/bgmv.h"
+#include "cakemoe/errors.h"
+
+namespace cakemoe {
+namespace bgmv {
+namespace {
+
+constexpr int kH200Sms = 132;
+constexpr int kBlocksPerSm = 5;  // the sm_90a fused kernel (96 registers x 128 threads)
+
+ProblemDesc decode_desc(int64_t tokens, int64_t top_k, int64_t hidden, int64_t rank) {
+  ProblemDesc d;
+  d.num_tokens = tokens;
+  d.num_pairs = tokens * top_k;
+  d.hidden = hidden;
+  d.rank = rank;
+  d.num_loras = 8;
+  d.num_experts = 128;
+  d.arch = Arch::kSm90a;
+  d.num_sms = kH200Sms;
+  d.fused_blocks_per_sm = kBlocksPerSm;
+  return d;
+}
+
+TEST(BgmvPlanFusedDecode, GridCtas) {
+  // 3072/32/T1/k2: splits 3 -> 2 * 4 * 3 shrink CTAs + 1 * 24 expand CTAs.
+  EXPECT_EQ(fused_decode_ctas(1, 2, 3072, 32, 3), 24 + 24);
+  // 3072/64/T8/k8: splits 1 -> 64 * 8 + 8 * 24.
+  EXPECT_EQ(fused_decode_ctas(8, 64, 3072, 64, 1), 512 + 192);
+  // H not a multiple of 128: the last expand CTA is partial.
+  EXPECT_EQ(fused_decode_ctas(2, 4, 1000, 8, 1), 4 + 2 * 8);
+}
+
+TEST(BgmvPlanFusedDecode, FitsNeedsOccupancyAndAtMost128Pairs) {
+  EXPECT_TRUE(fused_decode_fits(8, 64, 3072, 32, 1, kH200Sms, kBlocksPerSm));   // 448 <= 660
+  EXPECT_FALSE(fused_decode_fits(8, 64, 3072, 64, 1, kH200Sms, kBlocksPerSm));  // 704 > 660
+  EXPECT_TRUE(fused_decode_fits(8, 64, 3072, 64, 1, kH200Sms, 6));              // 704 <= 792
+  EXPECT_FALSE(fused_decode_fits(1, 2, 3072, 32, 3, kH200Sms, 0));  // no kernel built
+  EXPECT_FALSE(fused_decode_fits(1, 129, 1024, 8, 1, kH200Sms, kBlocksPerSm));
+  EXPECT_TRUE(fused_decode_fits(1, 128, 1024, 8, 1, kH200Sms, kBlocksPerSm));
+}
+
+TEST(BgmvPlanFusedDecode, HeuristicSm90TinyBatchesOnly) {
+  for (int64_t t : {1, 2, 4, 8}) {
+    for (int64_t k : {1, 2, 6, 8}) {
+      for (int64_t r : {8, 16, 32}) {
+        const ProblemDesc d = decode_desc(t, k, 3072, r);
+        const PlanChoice c = choose_cake_plan(d);
+        EXPECT_TRUE(c.fused_decode) << "T=" << t << " k=" << k << " R=" << r;
+        // Same splits as the two-kernel path: the bits do not depend on the choice.
+        EXPECT_EQ(c.shrink_launch->splits,
+                  select_generic_shrink(d.num_pairs, r, 3072, Arch::kSm90a).splits);
+      }
+    }
+  }
+  EXPECT_TRUE(choose_cake_plan(decode_desc(8, 6, 3072, 64)).fused_decode);    // 384 + 192
+  EXPECT_FALSE(choose_cake_plan(decode_desc(8, 8, 3072, 64)).fused_decode);   // 704 CTAs
+  EXPECT_FALSE(choose_cake_plan(decode_desc(16, 2, 3072, 32)).fused_decode);  // T > 8
+  EXPECT_FALSE(choose_cake_plan(decode_desc(8, 9, 1024, 8)).fused_decode);    // P = 72 > 64
+  ProblemDesc blackwell = decode_desc(1, 2, 3072, 32);
+  blackwell.arch = Arch::kSm100a;
+  EXPECT_FALSE(choose_cake_plan(blackwell).fused_decode);
+  ProblemDesc unbuilt = decode_desc(1, 2, 3072, 32);
+  unbuilt.fused_blocks_per_sm = 0;
+  EXPECT_FALSE(choose_cake_plan(unbuilt).fused_decode);
+}
+
+TEST(BgmvPlanFusedDecode, ForcingOnAndOff) {
+  ProblemDesc off = decode_desc(1, 2, 3072, 32);
+  off.fused_decode = false;
+  EXPECT_FALSE(choose_cake_plan(off).fused_decode);
+  // Forced on outside the heuristic window (T 16, Blackwell) where the grid still fits.
+  ProblemDesc on = decode_desc(16, 2, 1024, 16);
+  on.arch = Arch::kSm100a;
+  on.fused_decode = true;
+  EXPECT_TRUE(choose_cake_plan(on).fused_decode);
+  // Forced on where it cannot run.
+  const auto expect_refused = [](ProblemDesc d, const std::string& what) {
+    d.fused_decode = true;
+    try {
+      choose_cake_plan(d);
+      ADD_FAILURE() << "expected InvalidArgument(fused_decode): " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "fused_decode") << what << ": " << e.what();
+    }
+  };
+  expect_refused(decode_desc(8, 8, 3072, 64), "grid too large");
+  expect_refused(decode_desc(1, 200, 1024, 8), "P > 128");
+  ProblemDesc unbuilt = decode_desc(1, 2, 3072, 32);
+  unbuilt.fused_blocks_per_sm = 0;
+  expect_refused(unbuilt, "kernel not built");
+  ProblemDesc grouped = decode_desc(1, 2, 3072, 32);
+  grouped.grouped = true;
+  expect_refused(grouped, "grouped");
+  ProblemDesc remap = decode_desc(1, 2, 3072, 32);
+  remap.order_remap = true;
+  expect_refused(remap, "order_remap");
+}
+
+TEST(BgmvPlanFusedDecode, PrintedInThePlanLine) {
+  std::ostringstream os;
+  os << choose_cake_plan(decode_desc(1, 2, 3072, 32));
+  EXPECT_NE(os.str().find("fused_decode=1"), std::string::npos) << os.str();
+}
+
+// The CPU backend reports the H200 choice (emulated occupancy) and its results do not depend on
+// it: fused on and off give the same bits, and the §3.3 header advances the same way.
+TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
+  bgmv_test::CaseSpec spec;
+  spec.tokens = 4;
+  spec.hidden = 2048;
+  spec.rank = 32;
+  spec.top_k = 2;
+  bgmv_test::Case c = bgmv_test::make_case(spec);
+  std::vector<std::vector<float>> ys;
+  for (const std::optional<bool> forced : {std::optional<bool>(), std::optional<bool>(false)}) {
+    BgmvOptions o;
+    o.fused_decode = forced;
+    BgmvPlan plan = prepare_bgmv_moe(c.x_view(), c.a_views(), c.b_views(), c.sorted_view(),
+                                     c.experts_view(), c.lora_view(), c.weights_view(),
+                                     spec.experts, o);
+    EXPECT_EQ(plan.fused_decode(), !forced.has_value());
+    EXPECT_EQ(plan.shrink_launch()->splits, 2);  // P 8, R 32, H 2048: min(2, ceil(128 / 32))
+    for (int i = 0; i < 3; ++i) plan.run(nullptr);
+    EXPECT_EQ(plan.route_index().ptr<int32_t>()[0], 3);
+    EXPECT_EQ(plan.route_index().ptr<int32_t>()[1], 0);
+    const TensorView y = plan.y_accum();
+    ys.emplace_back(y.ptr<float>(), y.ptr<float>() + y.numel());
+  }
+  EXPECT_EQ(ys[0], ys[1]);
+}
+
+}  // namespace
+}  // namespace bgmv
+}  // namespace cakemoe
