@@ -112,7 +112,9 @@ CAKEMOE_DEVICE void fused_shrink(const CakeParams& p, int64_t b, FusedShrinkShar
     const uint4 xn = load16_or_zero(x_row, kn, p.H, more);
     uint4 an[kFusedRankTile];
 #pragma unroll
-    for (int i = 0; i < kFusedRankTile; ++i) an[i] = load16_or_zero(a_rows + i * p.H, kn, p.H, more);
+    for (int i = 0; i < kFusedRankTile; ++i) {
+      an[i] = load16_or_zero(a_rows + i * p.H, kn, p.H, more);
+    }
     float xf[8];
     unpack8<kFp16>(xv, xf);
 #pragma unroll
@@ -224,7 +226,8 @@ CAKEMOE_DEVICE void fused_expand(const FusedDecodeParams& fp, int64_t b,
 #pragma unroll
   for (int j = 0; j < kChunk; ++j) {
     const bool ok = j < n && col_ok;
-    const uint4* row = reinterpret_cast<const uint4*>(lora_b + (ok ? sh.b_offset[j] + col * kRank : 0));
+    const uint4* row =
+        reinterpret_cast<const uint4*>(lora_b + (ok ? sh.b_offset[j] + col * kRank : 0));
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) bv[j][g] = ok ? __ldg(row + g) : make_uint4(0, 0, 0, 0);
   }

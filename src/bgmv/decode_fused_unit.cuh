@@ -50,7 +50,9 @@ void launch_fused_instance(const FusedDecodeParams& p, cudaStream_t stream) {
 template <int kRank>
 void launch_fused_decode_rank(const FusedDecodeParams& p, void* stream) {
   const CakeParams& c = p.cake;
-  if (c.R != kRank) throw InvalidArgument("rank", "the fused decode unit was built for another rank");
+  if (c.R != kRank) {
+    throw InvalidArgument("rank", "the fused decode unit was built for another rank");
+  }
   if (c.dtype != 0 && c.dtype != 1) {
     throw InvalidArgument("dtype", "BGMV kernels take 0 (bf16) or 1 (fp16), got " +
                                        std::to_string(c.dtype));
