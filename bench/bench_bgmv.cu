@@ -12,7 +12,8 @@
 // (passed by scripts/gpu-check.sh) receives a small JSON copy of the table.
 // --stages: only the per-stage table of bench_bgmv_stages.cuh (whole plan, order build, shrink,
 // expand, empty graphs) for seven representative rows. --variants: every Cake pipeline forced
-// on the same inputs (bench_bgmv_variants.cuh), T >= 128, to place the selector's crossovers. --flush=memset: the flush of the
+// on the same inputs (bench_bgmv_variants.cuh), T >= 128, to place the selector's crossovers;
+// --shape=H,R,T,k,L runs one shape of it (E 128), e.g. under ncu. --flush=memset: the flush of the
 // 2026-11-29 results (a 256 MB memset per rep, which leaves dirty lines in L2).
 #include <cuda_runtime.h>
 
@@ -106,12 +107,13 @@ int run(int argc, char** argv) {
   double budget_s = 150;
   int reps = 50;
   FlushMode flush = FlushMode::kRead;
-  std::string json;
+  std::string json, only_shape;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") quick = true;
     if (arg == "--stages") stages = true;
     if (arg == "--variants") variants = true;
+    if (arg.rfind("--shape=", 0) == 0) only_shape = arg.substr(8);
     if (arg == "--flush=memset") flush = FlushMode::kMemset;
     if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::stoi(arg.substr(7)));
     if (arg.rfind("--budget=", 0) == 0) budget_s = std::stod(arg.substr(9));
@@ -125,7 +127,7 @@ int run(int argc, char** argv) {
   bench.reps = reps;
   bench.flush_mode = flush;
   if (stages) return run_stage_mode(bench);
-  if (variants) return run_variant_mode(bench, budget_s);
+  if (variants) return run_variant_mode(bench, budget_s, only_shape);
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -32,7 +32,8 @@ double time_or_skip(Bench& bench, Prepare prepare, std::string* label) {
   }
 }
 
-int run_variant_mode(Bench& bench, double budget_s) {
+/// `only`: "H,R,T,k,L" (E 128) to run one shape (e.g. under ncu), empty for the matrix.
+int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -45,6 +46,14 @@ int run_variant_mode(Bench& bench, double budget_s) {
         for (int64_t t : {128, 256, 512, 1024, 2048}) shapes.push_back({h, r, t, k, 8, 128});
       }
     }
+  }
+  if (!only.empty()) {
+    long long h = 0, r = 0, t = 0, k = 0, l = 0;
+    if (std::sscanf(only.c_str(), "%lld,%lld,%lld,%lld,%lld", &h, &r, &t, &k, &l) != 5) {
+      std::printf("--shape=H,R,T,k,L expected, got %s\n", only.c_str());
+      return 2;
+    }
+    shapes = {{h, r, t, k, l, 128}};
   }
   std::printf("BGMV variant bench: graph replay, L2 flush (%s) per rep, median of %d reps, bf16; "
               "us per forced pipeline (-1: refused); %%roof of the best vs bytes_min at %.2f "

@@ -162,70 +162,67 @@ __global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(Groupe
 }
 
 /// grid ceil(H / kCols) x 256, dynamic smem P x kCols fp32: the slab expand. The CTA owns
-/// columns [c0, c0 + kCols) of every token. Phase 1 walks every tile (one thread per (tile,
-/// column), kBatch tiles in flight per thread): B[bin, c, :] is read once per tile, and each
-/// route's unweighted partial (the grouped expand's arithmetic) goes to part[pair][c]. Phase 2:
-/// one thread per token sums its routes' partials times their weights in ascending pair order
-/// (the combine's arithmetic) and stores the token's kCols columns. Same bits as grouped expand
-/// + combine, without the [P, H] fp32 round trip through HBM. Needs the one-CTA index (sorted
+/// columns [c0, c0 + kCols) of every token. Phase 1: one thread per (sorted route, column),
+/// kBatch routes in flight per thread (B row and shrink row loads issued together; routes of one
+/// bin sit next to each other, so a warp's B loads of a bin coalesce), each route's unweighted
+/// partial (the grouped expand's arithmetic) into part[pair][c]. Phase 2: one thread per token
+/// sums its sorted slots' partials times their weights in ascending pair order (the combine's
+/// arithmetic) and stores the token's kCols columns. Same bits as grouped expand + combine,
+/// without the [P, H] fp32 round trip through HBM. Needs the one-CTA index (sorted_bins, sorted
 /// token slots and their weights).
 template <bool kBf16, int kRank, int kCols>
 __global__ void __launch_bounds__(kGroupSlabThreads) grouped_slab_kernel(GroupedParams p) {
   extern __shared__ float part[];  // [P][kCols]
   constexpr int kGroups = kRank / 8;
-  constexpr int kBatch = kRank >= 64 ? 2 : 4;
+  constexpr int kBatch = kGroups >= 8 ? 1 : 8 / kGroups;  // 64 registers of raw rows
   dev::pdl_wait();  // shrink rows (and, before them, the index) are complete
   const GroupedWs w = grouped_ws(p);
   const int c0 = blockIdx.x * kCols;
-  const int items = w.header[0] * kCols;
+  const int items = w.bin_offset[p.num_loras * p.num_experts] * kCols;
   const uint4* shrink = static_cast<const uint4*>(p.shrink_out);
   const uint4* lora_b = static_cast<const uint4*>(p.lora_b);
   for (int base = threadIdx.x; base < items; base += kGroupSlabThreads * kBatch) {
-    int4 info[kBatch];
-    int col[kBatch];
+    int pair[kBatch], bin[kBatch], col[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int item = base + j * kGroupSlabThreads;
-      info[j] = item < items ? w.tile_info[item / kCols] : make_int4(0, 0, 0, 0);
+      const int i = item / kCols;
       col[j] = item % kCols;
-      if (c0 + col[j] >= p.hidden) info[j].y = 0;
+      const bool ok = item < items && c0 + col[j] < p.hidden;
+      pair[j] = ok ? w.sorted_routes[i] : -1;
+      bin[j] = ok ? w.sorted_bins[i] : 0;
     }
-    uint4 braw[kBatch][kGroups];
+    uint4 braw[kBatch][kGroups], sraw[kBatch][kGroups];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      if (info[j].y <= 0) continue;
-      const int64_t row = static_cast<int64_t>(info[j].z) * p.hidden + c0 + col[j];
+      if (pair[j] < 0) continue;
+      const int64_t row = static_cast<int64_t>(bin[j]) * p.hidden + c0 + col[j];
 #pragma unroll
-      for (int g = 0; g < kGroups; ++g) braw[j][g] = lora_b[row * kGroups + g];
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (info[j].y <= 0) continue;
-      float b[kRank];
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) dev::unpack8<!kBf16>(braw[j][g], b + 8 * g);
-      for (int i = 0; i < info[j].y; ++i) {
-        const int pair = w.sorted_routes[info[j].x + i];
-        float srow[kRank];
-#pragma unroll
-        for (int g = 0; g < kGroups; ++g) {
-          dev::unpack8<!kBf16>(shrink[static_cast<int64_t>(pair) * kGroups + g], srow + 8 * g);
-        }
-        float lanes[kGroups];
-#pragma unroll
-        for (int g = 0; g < kGroups; ++g) {
-          float acc = 0.0f;
-#pragma unroll
-          for (int r = 8 * g; r < 8 * g + 8; ++r) acc = fmaf(srow[r], b[r], acc);
-          lanes[g] = acc;
-        }
-#pragma unroll
-        for (int off = kGroups / 2; off >= 1; off /= 2) {
-#pragma unroll
-          for (int g = 0; g < off; ++g) lanes[g] = lanes[g] + lanes[g + off];
-        }
-        part[pair * kCols + col[j]] = lanes[0];
+      for (int g = 0; g < kGroups; ++g) {
+        braw[j][g] = lora_b[row * kGroups + g];
+        sraw[j][g] = shrink[static_cast<int64_t>(pair[j]) * kGroups + g];
       }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (pair[j] < 0) continue;
+      float lanes[kGroups];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        float b[8], srow[8];
+        dev::unpack8<!kBf16>(braw[j][g], b);
+        dev::unpack8<!kBf16>(sraw[j][g], srow);
+        float acc = 0.0f;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) acc = fmaf(srow[r], b[r], acc);
+        lanes[g] = acc;
+      }
+#pragma unroll
+      for (int off = kGroups / 2; off >= 1; off /= 2) {
+#pragma unroll
+        for (int g = 0; g < off; ++g) lanes[g] = lanes[g] + lanes[g + off];
+      }
+      part[pair[j] * kCols + col[j]] = lanes[0];
     }
   }
   __syncthreads();

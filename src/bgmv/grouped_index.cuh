@@ -25,6 +25,7 @@ struct GroupedWs {
   int* cta_base;
   int4* tile_info;       ///< {first route in sorted_routes, routes (1..16), bin, 0}
   float* token_weights;  ///< [16 T], one-CTA index only
+  int* sorted_bins;      ///< [P]: bin of sorted_routes[i], one-CTA index only
 };
 
 CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
@@ -43,6 +44,7 @@ CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
   after += (4 - reinterpret_cast<uintptr_t>(after) / sizeof(int) % 4) % 4;
   w.tile_info = reinterpret_cast<int4*>(after);
   w.token_weights = reinterpret_cast<float*>(after + 4 * p.max_tiles);
+  w.sorted_bins = after + 4 * p.max_tiles + kGroupTokenSlots * p.num_tokens;
   return w;
 }
 
@@ -224,7 +226,12 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   if (tid == 0) w.header[0] = ntiles;
   for (int i = tid; i < p.num_pairs; i += nt) {
     const int k = key[i];
-    if (k >= 0) w.sorted_routes[offs[k & ((1 << kBinBits) - 1)] + (k >> kBinBits)] = i;
+    if (k >= 0) {
+      const int bin = k & ((1 << kBinBits) - 1);
+      const int pos = offs[bin] + (k >> kBinBits);
+      w.sorted_routes[pos] = i;
+      w.sorted_bins[pos] = bin;
+    }
   }
   // Each token's slots ascending (insertion sort of <= 16), weights alongside.
   for (int t = tid; t < p.num_tokens; t += nt) {

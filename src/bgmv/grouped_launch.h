@@ -13,7 +13,7 @@ namespace bgmv {
 /// [max_tiles], sorted_routes[P], token_count[T], token_slots[16 T], hist[hist_ctas * bins],
 /// cta_base[hist_ctas * bins], tile_info[4 max_tiles] ({first route, routes, bin, 0} per tile),
 /// token_weights[16 T] (fp32 bits; one-CTA index only: the weights of the token's slots, which
-/// that index sorts ascending). Zeroed once at prepare; every launch rewrites what it reads.
+/// that index sorts ascending), sorted_bins[P] (one-CTA index only: the bin of sorted_routes[i]). Zeroed once at prepare; every launch rewrites what it reads.
 ///
 /// Two index forms: the one-CTA index kernel (fused_index, P <= kGroupFusedIndexMaxPairs) or
 /// group_hist -> group_scan -> group_scatter. Two expand forms: the slab expand (slab_cols > 0:

@@ -17,15 +17,13 @@ namespace cakemoe {
 namespace bgmv {
 namespace grouped {
 
-constexpr size_t kDefaultDynamicSmem = 48 * 1024;
-
-/// One stage: opts the kernel in to `smem` bytes of dynamic shared memory when above the default
+/// One stage: opts the kernel in to `smem` bytes of dynamic shared memory
 /// (cudaFuncSetAttribute is not a stream operation: legal inside a capture), then launches it,
 /// as a programmatic dependent of the previous stage when `dependent`.
 inline void launch_stage(void (*kernel)(GroupedParams), dim3 grid, int threads, size_t smem,
                          bool dependent, cudaStream_t stream, const GroupedParams& p) {
   if (grid.x == 0 || grid.y == 0) return;
-  if (smem > kDefaultDynamicSmem) {
+  if (smem > 0) {  // NOTE: static + dynamic > 48 KB needs the opt-in too
     CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(smem)));
   }
@@ -39,7 +37,9 @@ inline void launch_stage(void (*kernel)(GroupedParams), dim3 grid, int threads, 
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = dependent ? 1 : 0;
-  CAKEMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, p);
+  if (status != cudaSuccess) (void)cudaGetLastError();  // do not leave it for the next check
+  CAKEMOE_CUDA_CHECK(status);
 }
 
 template <bool kBf16, int kRank>

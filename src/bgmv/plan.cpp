@@ -41,6 +41,14 @@ constexpr int64_t kGroupedMinWeightElems = 12288;
 // (8192, 768, rank 8) -> False needs the 16384 floor; see docs/decisions/bgmv.md.
 constexpr int64_t kGroupedMinWeightElemsSub16 = 16384;
 constexpr int64_t kGroupedMaxTileRows = 65536;
+// Grouped GPU geometry (grouped_launch.h has the same limits for the kernels).
+constexpr int64_t kGroupFusedIndexMaxPairs = 16384;
+constexpr int64_t kGroupIndexSmemMax = 200 * 1024;
+constexpr int64_t kGroupSlabPreferredSmem = 100 * 1024;  // >= 2 CTAs per SM
+constexpr int64_t kGroupSlabMaxSmem = 200 * 1024;
+constexpr int64_t kGroupSlabMinWavesCtas = 2;            // CTAs >= 2 x SMs
+constexpr int64_t kGroupStageAMaxBytes = 112 * 1024;
+constexpr int64_t kGroupAlignPadWords = 3;  // tile_info starts 16-byte aligned
 
 // spec §6 order remap.
 constexpr int64_t kRemapMinPairs = 1024;
@@ -249,15 +257,49 @@ RouteIndexLayout route_index_layout(int64_t num_tokens) {
   return l;
 }
 
+GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int64_t num_loras,
+                                 int64_t num_experts, int num_sms, int slab_override) {
+  GroupedGeometry g;
+  const int64_t bins = num_loras * num_experts;
+  g.fused_index = num_pairs <= kGroupFusedIndexMaxPairs &&
+                  (2 * bins + 1 + num_pairs) * 4 <= kGroupIndexSmemMax;
+  g.stage_a = kRankTile * hidden * 2 <= kGroupStageAMaxBytes;
+  if (!g.fused_index) return g;  // the slab expand reads the one-CTA index's token lists
+  if (slab_override >= 0) {
+    core::require(slab_override == 0 || slab_override == 4 || slab_override == 8 ||
+                      slab_override == 16,
+                  "grouped_slab_cols", "must be 0, 4, 8 or 16, got " + std::to_string(slab_override));
+    core::require(num_pairs * slab_override * 4 <= kGroupSlabMaxSmem, "grouped_slab_cols",
+                  "num_pairs x columns x 4 bytes must fit in " +
+                      std::to_string(kGroupSlabMaxSmem) + " bytes of shared memory");
+    g.slab_cols = slab_override;
+    return g;
+  }
+  // Widest slab that keeps >= 2 CTAs per SM (smem) and >= 2 CTAs per SM of work; else 4 columns
+  // at one CTA per SM while the partials fit; else the fp32 partials through HBM.
+  for (const int64_t cols : {16, 8, 4}) {
+    if (num_pairs * cols * 4 <= kGroupSlabPreferredSmem &&
+        ceil_div(hidden, cols) >= kGroupSlabMinWavesCtas * std::max(num_sms, 1)) {
+      g.slab_cols = static_cast<int>(cols);
+      return g;
+    }
+  }
+  if (num_pairs * 4 * 4 <= kGroupSlabMaxSmem) g.slab_cols = 4;
+  return g;
+}
+
 GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
-                                   int64_t num_experts, int64_t hidden) {
+                                   int64_t num_experts, int64_t hidden,
+                                   const GroupedGeometry& geometry) {
   GroupedWorkspace w;
   w.bins = num_loras * num_experts;
   w.hist_ctas = group_hist_ctas(num_pairs);
   w.max_tiles = group_max_tiles(num_pairs, w.bins);
   w.int_words = kGroupHeaderWords + (w.bins + 1) + w.max_tiles + num_pairs + num_tokens +
-                RouteIndexLayout::kSlotsPerToken * num_tokens + 2 * w.hist_ctas * w.bins;
-  w.partial_floats = num_pairs * hidden;
+                RouteIndexLayout::kSlotsPerToken * num_tokens + 2 * w.hist_ctas * w.bins +
+                kGroupAlignPadWords + 4 * w.max_tiles +
+                RouteIndexLayout::kSlotsPerToken * num_tokens + num_pairs;
+  w.partial_floats = geometry.slab_cols > 0 ? 0 : num_pairs * hidden;
   return w;
 }
 

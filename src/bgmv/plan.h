@@ -102,7 +102,20 @@ struct RouteIndexLayout {
 };
 RouteIndexLayout route_index_layout(int64_t num_tokens);
 
-/// spec §5 grouped workspace: int32 words and the fp32 per-route partials [P, H].
+/// How the grouped pipeline runs on the GPU (cakemoe's choice, docs/decisions/bgmv-gpu-runtime.md):
+/// the one-CTA index (P <= 16384), the slab expand's columns per CTA (0: grouped expand + combine
+/// through fp32 partials [P, H] in HBM), and whether the shrink stages A in shared memory.
+struct GroupedGeometry {
+  bool fused_index = false;
+  int slab_cols = 0;
+  bool stage_a = false;
+};
+/// `slab_override` >= 0 forces the slab columns (0, 4, 8, 16; tests and benches); -1 picks.
+GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int64_t num_loras,
+                                 int64_t num_experts, int num_sms, int slab_override = -1);
+
+/// spec §5 grouped workspace: int32 words (with cakemoe's tile_info and token_weights, see
+/// grouped_launch.h) and the fp32 per-route partials [P, H] (0 with the slab expand).
 struct GroupedWorkspace {
   int64_t bins = 0;
   int64_t hist_ctas = 0;
@@ -111,7 +124,8 @@ struct GroupedWorkspace {
   int64_t partial_floats = 0;
 };
 GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
-                                   int64_t num_experts, int64_t hidden);
+                                   int64_t num_experts, int64_t hidden,
+                                   const GroupedGeometry& geometry = {});
 
 /// spec §6 order workspace: one int32 per pair.
 inline int64_t order_workspace_words(int64_t num_pairs) { return num_pairs; }
