@@ -27,7 +27,8 @@ struct BgmvOptions {
   /// grid boundary; docs/decisions/bgmv-gpu-runtime.md). Unset: chosen on SM90 for T <= 8 and
   /// P <= 64 when its grid can be co-resident; true forces it (InvalidArgument "fused_decode"
   /// when it cannot run: grouped, order_remap, P > 128 or a grid too large); false keeps the
-  /// two-kernel path. Same splits, so the same bits either way.
+  /// two-kernel path. Same splits, so the same bits either way. The environment variable
+  /// CAKEMOE_BGMV_FUSED_DECODE=0 turns the heuristic off (an explicit value still wins).
   std::optional<bool> fused_decode;
 };
 

@@ -23,6 +23,13 @@ constexpr int kCpuEmulatedFusedBlocksPerSm = 5;
 // Reported by plans that took the portable path through PrepareInternals::force_portable.
 constexpr const char* kForcedPortableReason = "forced portable path (internal option)";
 
+// CAKEMOE_BGMV_FUSED_DECODE=0 turns the fused decode heuristic off (benchmarks, A/B runs of the
+// GPU tests); an explicit BgmvOptions::fused_decode still wins.
+bool fused_decode_disabled_by_env() {
+  const char* env = std::getenv("CAKEMOE_BGMV_FUSED_DECODE");
+  return env != nullptr && std::strcmp(env, "0") == 0;
+}
+
 bool print_plan_requested() {
   const char* env = std::getenv("CAKEMOE_PRINT_PLAN");
   return env != nullptr && std::strcmp(env, "1") == 0;
@@ -93,6 +100,9 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
     desc.grouped = options.grouped;
     desc.order_remap = options.order_remap;
     desc.fused_decode = options.fused_decode;
+    if (!desc.fused_decode.has_value() && fused_decode_disabled_by_env()) {
+      desc.fused_decode = false;
+    }
     desc.fused_blocks_per_sm = on_cpu ? kCpuEmulatedFusedBlocksPerSm
                                       : detail::fused_decode_blocks_per_sm(s.dtype, s.rank,
                                                                            s.device);

@@ -2,6 +2,8 @@
 // grid size, co-residency, the SM90 heuristic, forcing, and what the CPU backend reports.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -138,6 +140,19 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
     ys.emplace_back(y.ptr<float>(), y.ptr<float>() + y.numel());
   }
   EXPECT_EQ(ys[0], ys[1]);
+  // CAKEMOE_BGMV_FUSED_DECODE=0 turns the heuristic off; an explicit option still wins.
+  ::setenv("CAKEMOE_BGMV_FUSED_DECODE", "0", 1);
+  const auto prepare = [&](std::optional<bool> forced) {
+    BgmvOptions o;
+    o.fused_decode = forced;
+    return prepare_bgmv_moe(c.x_view(), c.a_views(), c.b_views(), c.sorted_view(),
+                            c.experts_view(), c.lora_view(), c.weights_view(), spec.experts, o);
+  };
+  const bool env_default = prepare(std::nullopt).fused_decode();
+  const bool env_forced = prepare(true).fused_decode();
+  ::unsetenv("CAKEMOE_BGMV_FUSED_DECODE");
+  EXPECT_FALSE(env_default);
+  EXPECT_TRUE(env_forced);
 }
 
 }  // namespace
