@@ -84,7 +84,11 @@ CAKEMOE_DEVICE void fused_shrink(const CakeParams& p, int64_t b, FusedShrinkShar
   const int64_t pair = b / (kBlocks * p.splits);
   const int rb = static_cast<int>((b / p.splits) % kBlocks);
   const int z = static_cast<int>(b % p.splits);
-  // NOTE: token and expert in one round trip (bench/NOTES.md item 4a).
+  // NOTE: token, expert and (T <= 32) every token's LoRA index in one round trip: lane i holds
+  // lora_indices[i], so the pair's LoRA is a shuffle away (bench/NOTES.md item 4a, one trip less).
+  const bool lora_in_lanes = p.T <= kWarp;
+  const int lane = tid % kWarp;
+  const int64_t lane_lora = lora_in_lanes && lane < p.T ? p.lora_indices[lane] : -1;
   const int64_t t = p.sorted_token_ids[pair];
   const int64_t e = p.expert_ids[pair];
   const bool token_ok = t >= 0 && t < p.T;
@@ -93,9 +97,16 @@ CAKEMOE_DEVICE void fused_shrink(const CakeParams& p, int64_t b, FusedShrinkShar
   const int64_t t0 = min(static_cast<int64_t>(z) * per_split, tiles);
   const int64_t t1 = min(static_cast<int64_t>(z + 1) * per_split, tiles);
   const uint16_t* x_row = static_cast<const uint16_t*>(p.x) + (token_ok ? t : 0) * p.H;
-  // The first x chunk is in flight together with lora_indices[t].
+  // The first x chunk is in flight together with lora_indices[t] when T > 32.
   uint4 xv = load16_or_zero(x_row, t0 * kFusedTile + 8 * tid, p.H, token_ok && t0 < t1);
-  const int64_t l = token_ok ? p.lora_indices[t] : -1;
+  int64_t l = -1;
+  if (lora_in_lanes) {
+    const int src = token_ok ? static_cast<int>(t) : 0;
+    const int64_t shuffled = __shfl_sync(0xFFFFFFFFu, lane_lora, src);
+    l = token_ok ? shuffled : -1;
+  } else if (token_ok) {
+    l = p.lora_indices[t];
+  }
   if (l < 0) {  // padding or no LoRA: a zero row (§2 rule 1), no partial (no expand reads it)
     uint16_t* out = static_cast<uint16_t*>(p.shrink_out) + pair * kRank + rb * kFusedRankTile;
     if (z == 0 && tid < kFusedRankTile) out[tid] = 0;
