@@ -1,7 +1,7 @@
 // bench_bgmv --variants: every Cake pipeline forced on the same inputs, side by side, to place
 // the selector's crossovers on the H200 (bench/NOTES.md). Columns: the default plan, per-route
-// (grouped=false; remap by its heuristic), per-route with remap forced off, grouped with the slab
-// expand picked by grouped_geometry(), and grouped through the fp32 partials in HBM (slab 0).
+// (grouped=false; remap by its heuristic), per-route with remap forced on, per-route with remap
+// off, grouped (index form by grouped_geometry()), grouped with the hist / scan / scatter index.
 #pragma once
 
 #include <chrono>
@@ -58,8 +58,8 @@ int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
   std::printf("BGMV variant bench: graph replay, L2 flush (%s) per rep, median of %d reps, bf16; "
               "us per forced pipeline (-1: refused); %%roof of the best vs bytes_min at %.2f "
               "TB/s\n", bench.flush_name(), bench.reps, kHbmTbPerS);
-  std::printf("%5s %3s %5s %2s %2s | %-14s %9s | %9s %9s %9s %9s | %6s\n", "H", "R", "T", "k", "L",
-              "default", "us", "route", "noremap", "grp slab", "grp hbm", "%roof");
+  std::printf("%5s %3s %5s %2s %2s | %-14s %9s | %9s %9s %9s %9s %9s | %6s\n", "H", "R", "T", "k",
+              "L", "default", "us", "route", "remap", "noremap", "grouped", "grp idx3", "%roof");
   const int64_t max_w = 8 * 128 * 64 * 4096;
   void *a_buf = nullptr, *b_buf = nullptr, *x_buf = nullptr;
   CAKEMOE_CUDA_CHECK(cudaMalloc(&a_buf, max_w * 2));
@@ -73,13 +73,13 @@ int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
   for (const Shape& s : shapes) {
     if (elapsed() > budget_s) break;
     const Inputs in(s, a_buf, b_buf, x_buf);
-    const auto prep = [&](std::optional<bool> grouped, std::optional<bool> remap, int slab) {
-      return [&, grouped, remap, slab] {
+    const auto prep = [&](std::optional<bool> grouped, std::optional<bool> remap, int index) {
+      return [&, grouped, remap, index] {
         bgmv::BgmvOptions o;
         o.grouped = grouped;
         o.order_remap = remap;
         bgmv::detail::PrepareInternals internals;
-        internals.grouped_slab_cols = slab;
+        internals.grouped_index = index;
         return bgmv::detail::prepare_impl(in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras,
                                           in.weights, s.experts, o, internals);
       };
@@ -87,17 +87,19 @@ int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
     std::string label;
     const double def = time_or_skip(bench, prep(std::nullopt, std::nullopt, -1), &label);
     const double route = time_or_skip(bench, prep(false, std::nullopt, -1), nullptr);
+    const double remap = time_or_skip(bench, prep(false, true, -1), nullptr);
     const double noremap = time_or_skip(bench, prep(false, false, -1), nullptr);
-    const double slab = time_or_skip(bench, prep(true, std::nullopt, -1), nullptr);
-    const double hbm = time_or_skip(bench, prep(true, std::nullopt, 0), nullptr);
+    const double grouped = time_or_skip(bench, prep(true, std::nullopt, -1), nullptr);
+    const double index3 = time_or_skip(bench, prep(true, std::nullopt, 0), nullptr);
     double best = def;
-    for (double v : {route, noremap, slab, hbm}) {
+    for (double v : {route, remap, noremap, grouped, index3}) {
       if (v > 0 && (best <= 0 || v < best)) best = v;
     }
     const double gbs = bytes_min(s, in.routing.bins_touched) / (best * 1e3);
-    std::printf("%5lld %3lld %5lld %2lld %2lld | %-14s %9.2f | %9.2f %9.2f %9.2f %9.2f | %5.1f%%\n",
+    std::printf("%5lld %3lld %5lld %2lld %2lld | %-14s %9.2f | %9.2f %9.2f %9.2f %9.2f %9.2f | "
+                "%5.1f%%\n",
                 (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
-                (long long)s.loras, label.c_str(), def, route, noremap, slab, hbm,
+                (long long)s.loras, label.c_str(), def, route, remap, noremap, grouped, index3,
                 100.0 * gbs / (kHbmTbPerS * 1e3));
     std::fflush(stdout);
     ++done;

@@ -89,14 +89,11 @@ void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
   const GroupedGeometry geo =
-      grouped_geometry(s.num_pairs, s.hidden, s.num_loras, s.num_experts,
-                       query_cuda_device(s.device).num_sms, impl.grouped_slab_override);
+      grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override);
   const GroupedWorkspace gw = grouped_workspace(s.num_pairs, s.num_tokens, s.num_loras,
-                                                s.num_experts, s.hidden, geo);
+                                                s.num_experts, s.hidden);
   impl.group_workspace = device_zeros({gw.int_words}, DType::kInt32, s.device);
-  if (gw.partial_floats > 0) {
-    impl.group_partials = Tensor::empty({gw.partial_floats}, DType::kFP32, s.device);
-  }
+  impl.group_partials = Tensor::empty({gw.partial_floats}, DType::kFP32, s.device);
   const CakeParams& cp = launch.cake;
   GroupedParams& g = launch.grouped;
   g.x = cp.x;
@@ -110,7 +107,7 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.y = cp.y;
   g.y_row_stride = cp.y_row_stride;
   g.workspace = impl.group_workspace.ptr<int32_t>();
-  g.partials = gw.partial_floats > 0 ? impl.group_partials.ptr<float>() : nullptr;
+  g.partials = impl.group_partials.ptr<float>();
   g.num_tokens = static_cast<int>(s.num_tokens);
   g.hidden = static_cast<int>(s.hidden);
   g.rank = static_cast<int>(s.rank);
@@ -120,9 +117,8 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.splits = cp.splits;
   g.hist_ctas = static_cast<int>(gw.hist_ctas);
   g.max_tiles = static_cast<int>(gw.max_tiles);
-  g.slab_cols = geo.slab_cols;
   g.fused_index = geo.fused_index ? 1 : 0;
-  g.stage_a = geo.stage_a ? 1 : 0;
+  g.stage = geo.stage;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   launch.grouped_launcher = reinterpret_cast<GroupedLauncher>(
       unit_or_throw("grouped", dtype_name(s.dtype), arch).launch);

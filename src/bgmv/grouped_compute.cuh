@@ -18,12 +18,14 @@ constexpr int kShrinkTileK = 1024;  // 128 threads x 8 elements
 constexpr int kRankTile = 8;
 
 /// grid (max_tiles, R / 8) x 128: the shrink rows of one tile (<= 16 routes of one bin) for 8
-/// rank rows, in parts of 4 routes (32 accumulators per thread). kStaged: the 8 x H block of A
-/// is copied into dynamic shared memory once (cp.async, all of it in flight) and every part
-/// reads it there; otherwise parts after the first re-read A through L1/L2.
-template <bool kBf16, bool kStaged>
+/// rank rows, in parts of 4 routes (32 accumulators per thread). kStage 1: the 8 x H block of A is
+/// copied into dynamic shared memory once (cp.async, all of it in flight from the CTA's first
+/// instructions) and every part reads it there; kStage 2: also the x rows of the first part,
+/// whose addresses are found while A is in flight. kStage 0: parts after the first re-read A
+/// through L1/L2. The arithmetic is the same in every form.
+template <bool kBf16, int kStage>
 __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_kernel(GroupedParams p) {
-  extern __shared__ uint4 a_stage_vec[];
+  extern __shared__ uint4 stage_vec[];
   __shared__ float red[4][kGroupShrinkPart][kRankTile];
   dev::pdl_wait();  // the index is complete
   dev::pdl_trigger();
@@ -34,17 +36,38 @@ __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_kernel(GroupedP
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rank_block = blockIdx.y;
   const int64_t h = p.hidden;
+  const int row_vectors = static_cast<int>(h / 8);
   const uint16_t* a_global = static_cast<const uint16_t*>(p.lora_a) +
                              (static_cast<int64_t>(bin) * p.rank + rank_block * kRankTile) * h;
   const uint16_t* a = a_global;
-  if constexpr (kStaged) {
+  if constexpr (kStage >= 1) {
     const uint4* src = reinterpret_cast<const uint4*>(a_global);
-    const int vectors = static_cast<int>(kRankTile * h / 8);
-    for (int v = tid; v < vectors; v += kShrinkThreads) dev::cp_async16(&a_stage_vec[v], src + v, true);
+    for (int v = tid; v < kRankTile * row_vectors; v += kShrinkThreads) {
+      dev::cp_async16(&stage_vec[v], src + v, true);
+    }
+    a = reinterpret_cast<const uint16_t*>(stage_vec);
+  }
+  const int first_part = min(kGroupShrinkPart, routes);
+  const uint16_t* x_first[kGroupShrinkPart];
+#pragma unroll
+  for (int i = 0; i < kGroupShrinkPart; ++i) {
+    const int pair = w.sorted_routes[first + min(i, first_part - 1)];
+    x_first[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
+  }
+  if constexpr (kStage == 2) {
+    uint4* x_stage = stage_vec + kRankTile * row_vectors;
+    for (int i = 0; i < first_part; ++i) {
+      const uint4* src = reinterpret_cast<const uint4*>(x_first[i]);
+      for (int v = tid; v < row_vectors; v += kShrinkThreads) {
+        dev::cp_async16(&x_stage[i * row_vectors + v], src + v, true);
+      }
+      x_first[i] = reinterpret_cast<const uint16_t*>(x_stage + i * row_vectors);
+    }
+  }
+  if constexpr (kStage >= 1) {
     dev::cp_async_commit();
     dev::cp_async_wait<0>();
     __syncthreads();
-    a = reinterpret_cast<const uint16_t*>(a_stage_vec);
   }
   const int tiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
   const int tiles_per_split = (tiles + p.splits - 1) / p.splits;
@@ -55,7 +78,8 @@ __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_kernel(GroupedP
 #pragma unroll
     for (int i = 0; i < kGroupShrinkPart; ++i) {
       pairs[i] = w.sorted_routes[first + part + min(i, n - 1)];
-      xs[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pairs[i]] * h;
+      xs[i] = part == 0 ? x_first[i]
+                        : static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pairs[i]] * h;
     }
     float total = 0.0f;  // owned by thread i * 8 + r < 32
     for (int z = 0; z < p.splits; ++z) {
@@ -161,138 +185,55 @@ __global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(Groupe
   }
 }
 
-/// grid ceil(H / kCols) x 256, dynamic smem P x kCols fp32: the slab expand. The CTA owns
-/// columns [c0, c0 + kCols) of every token. Phase 1: one thread per (sorted route, column),
-/// kBatch routes in flight per thread (B row and shrink row loads issued together; routes of one
-/// bin sit next to each other, so a warp's B loads of a bin coalesce), each route's unweighted
-/// partial (the grouped expand's arithmetic) into part[pair][c]. Phase 2: one thread per token
-/// sums its sorted slots' partials times their weights in ascending pair order (the combine's
-/// arithmetic) and stores the token's kCols columns. Same bits as grouped expand + combine,
-/// without the [P, H] fp32 round trip through HBM. Needs the one-CTA index (sorted_bins, sorted
-/// token slots and their weights).
-template <bool kBf16, int kRank, int kCols>
-__global__ void __launch_bounds__(kGroupSlabThreads) grouped_slab_kernel(GroupedParams p) {
-  extern __shared__ float part[];  // [P][kCols]
-  constexpr int kGroups = kRank / 8;
-  constexpr int kBatch = kGroups >= 8 ? 1 : 8 / kGroups;  // 64 registers of raw rows
-  dev::pdl_wait();  // shrink rows (and, before them, the index) are complete
-  const GroupedWs w = grouped_ws(p);
-  const int c0 = blockIdx.x * kCols;
-  const int items = w.bin_offset[p.num_loras * p.num_experts] * kCols;
-  const uint4* shrink = static_cast<const uint4*>(p.shrink_out);
-  const uint4* lora_b = static_cast<const uint4*>(p.lora_b);
-  for (int base = threadIdx.x; base < items; base += kGroupSlabThreads * kBatch) {
-    int pair[kBatch], bin[kBatch], col[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int item = base + j * kGroupSlabThreads;
-      const int i = item / kCols;
-      col[j] = item % kCols;
-      const bool ok = item < items && c0 + col[j] < p.hidden;
-      pair[j] = ok ? w.sorted_routes[i] : -1;
-      bin[j] = ok ? w.sorted_bins[i] : 0;
-    }
-    uint4 braw[kBatch][kGroups], sraw[kBatch][kGroups];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (pair[j] < 0) continue;
-      const int64_t row = static_cast<int64_t>(bin[j]) * p.hidden + c0 + col[j];
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        braw[j][g] = lora_b[row * kGroups + g];
-        sraw[j][g] = shrink[static_cast<int64_t>(pair[j]) * kGroups + g];
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (pair[j] < 0) continue;
-      float lanes[kGroups];
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        float b[8], srow[8];
-        dev::unpack8<!kBf16>(braw[j][g], b);
-        dev::unpack8<!kBf16>(sraw[j][g], srow);
-        float acc = 0.0f;
-#pragma unroll
-        for (int r = 0; r < 8; ++r) acc = fmaf(srow[r], b[r], acc);
-        lanes[g] = acc;
-      }
-#pragma unroll
-      for (int off = kGroups / 2; off >= 1; off /= 2) {
-#pragma unroll
-        for (int g = 0; g < off; ++g) lanes[g] = lanes[g] + lanes[g + off];
-      }
-      part[pair[j] * kCols + col[j]] = lanes[0];
-    }
-  }
-  __syncthreads();
-  for (int t = threadIdx.x; t < p.num_tokens; t += kGroupSlabThreads) {
-    const int count = w.token_count[t];
-    float y[kCols];
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) y[c] = 0.0f;
-    if (count <= kGroupTokenSlots) {
-      for (int j = 0; j < count; ++j) {
-        const int pair = w.token_slots[t * kGroupTokenSlots + j];
-        const float weight = w.token_weights[t * kGroupTokenSlots + j];
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) y[c] = fmaf(part[pair * kCols + c], weight, y[c]);
-      }
-    } else {
-      // More than 16 routes: exact scan of all pairs in ascending order.
-      for (int i = 0; i < p.num_pairs; ++i) {
-        if (p.sorted_token_ids[i] != t) continue;
-        if (route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i, p.num_tokens,
-                      p.num_loras, p.num_experts) < 0) {
-          continue;
-        }
-        const float weight = p.topk_weights[i];
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) y[c] = fmaf(part[i * kCols + c], weight, y[c]);
-      }
-    }
-    float* out = p.y + static_cast<int64_t>(t) * p.y_row_stride + c0;
-#pragma unroll
-    for (int q = 0; q < kCols / 4; ++q) {
-      if (c0 + 4 * q < p.hidden) {
-        *reinterpret_cast<float4*>(out + 4 * q) = make_float4(y[4 * q], y[4 * q + 1],
-                                                              y[4 * q + 2], y[4 * q + 3]);
-      }
-    }
-  }
-}
-
-/// grid (T, ceil(H / 256)) x 256: y[t, c] = fma chain of partial * weight over the token's
-/// routes in ascending pair order; 0 for tokens without routes or LoRA.
+/// grid T x 256: one token per CTA, all its columns (4 per thread per step, float4 loads of the
+/// partials): y[t, c] = fma chain of partial * weight over the token's routes in ascending pair
+/// order from 0 (reference::bgmv's grouped order); 0 for tokens without routes or LoRA.
 template <int kUnused = 0>
-__global__ void __launch_bounds__(kGroupExpandCols) group_combine_kernel(GroupedParams p) {
-  __shared__ int list[kGroupExpandCols];
-  __shared__ int warp_counts[kGroupExpandCols / 32];
+__global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(GroupedParams p) {
+  __shared__ int list[kGroupCombineThreads];
+  __shared__ float weight[kGroupCombineThreads];
+  __shared__ int warp_counts[kGroupCombineThreads / 32];
   dev::pdl_wait();
   const GroupedWs w = grouped_ws(p);
   const int t = blockIdx.x, tid = threadIdx.x;
-  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols + tid;
+  const int h = p.hidden;
   const int count = w.token_count[t];
-  float y = 0.0f;
+  float* y = p.y + static_cast<int64_t>(t) * p.y_row_stride;
+  const auto accumulate = [&](int n, int c, float4& acc) {
+    for (int j = 0; j < n; ++j) {
+      const float4 v =
+          *reinterpret_cast<const float4*>(p.partials + static_cast<int64_t>(list[j]) * h + c);
+      const float wj = weight[j];
+      acc.x = fmaf(v.x, wj, acc.x);
+      acc.y = fmaf(v.y, wj, acc.y);
+      acc.z = fmaf(v.z, wj, acc.z);
+      acc.w = fmaf(v.w, wj, acc.w);
+    }
+  };
   if (count <= kGroupTokenSlots) {
     // Sort the (unordered) slots ascending: each slot's rank = number of smaller pair ids.
-    const int mine = tid < count ? w.token_slots[t * kGroupTokenSlots + tid] : 0;
     if (tid < count) {
+      const int mine = w.token_slots[t * kGroupTokenSlots + tid];
       int rank = 0;
       for (int j = 0; j < count; ++j) rank += w.token_slots[t * kGroupTokenSlots + j] < mine;
       list[rank] = mine;
+      weight[rank] = p.topk_weights[mine];
     }
     __syncthreads();
-    if (c < p.hidden) {
-      for (int j = 0; j < count; ++j) {
-        const int pair = list[j];
-        y = fmaf(p.partials[static_cast<int64_t>(pair) * p.hidden + c], p.topk_weights[pair], y);
-      }
+    for (int c = 4 * tid; c < h; c += 4 * kGroupCombineThreads) {
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      accumulate(count, c, acc);
+      *reinterpret_cast<float4*>(y + c) = acc;
     }
-  } else {
-    // More than 16 routes: exact scan of all pairs, compacted in ascending order per chunk.
-    const int lane = tid & 31, warp = tid >> 5;
-    for (int base = 0; base < p.num_pairs; base += kGroupExpandCols) {
+    return;
+  }
+  // More than 16 routes: exact scan of all pairs, compacted in ascending order per chunk of 256,
+  // once per column step.
+  const int lane = tid & 31, warp = tid >> 5;
+  for (int c0 = 0; c0 < h; c0 += 4 * kGroupCombineThreads) {
+    const int c = c0 + 4 * tid;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int base = 0; base < p.num_pairs; base += kGroupCombineThreads) {
       const int i = base + tid;
       const bool mine = i < p.num_pairs && p.sorted_token_ids[i] == t &&
                         route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i,
@@ -301,23 +242,21 @@ __global__ void __launch_bounds__(kGroupExpandCols) group_combine_kernel(Grouped
       if (lane == 0) warp_counts[warp] = __popc(ballot);
       __syncthreads();
       int offset = 0, chunk_count = 0;
-      for (int wi = 0; wi < kGroupExpandCols / 32; ++wi) {
+      for (int wi = 0; wi < kGroupCombineThreads / 32; ++wi) {
         if (wi < warp) offset += warp_counts[wi];
         chunk_count += warp_counts[wi];
       }
-      if (mine) list[offset + __popc(ballot & ((1u << lane) - 1u))] = i;
-      __syncthreads();
-      if (c < p.hidden) {
-        for (int j = 0; j < chunk_count; ++j) {
-          const int pair = list[j];
-          y = fmaf(p.partials[static_cast<int64_t>(pair) * p.hidden + c], p.topk_weights[pair],
-                   y);
-        }
+      if (mine) {
+        const int at = offset + __popc(ballot & ((1u << lane) - 1u));
+        list[at] = i;
+        weight[at] = p.topk_weights[i];
       }
       __syncthreads();
+      if (c < h) accumulate(chunk_count, c, acc);
+      __syncthreads();
     }
+    if (c < h) *reinterpret_cast<float4*>(y + c) = acc;
   }
-  if (c < p.hidden) p.y[static_cast<int64_t>(t) * p.y_row_stride + c] = y;
 }
 
 }  // namespace grouped

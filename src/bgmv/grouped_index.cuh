@@ -23,9 +23,7 @@ struct GroupedWs {
   int* token_slots;
   int* hist;
   int* cta_base;
-  int4* tile_info;       ///< {first route in sorted_routes, routes (1..16), bin, 0}
-  float* token_weights;  ///< [16 T], one-CTA index only
-  int* sorted_bins;      ///< [P]: bin of sorted_routes[i], one-CTA index only
+  int4* tile_info;  ///< {first route in sorted_routes, routes (1..16), bin, 0}
 };
 
 CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
@@ -43,8 +41,6 @@ CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
   int* after = w.cta_base + p.hist_ctas * bins;
   after += (4 - reinterpret_cast<uintptr_t>(after) / sizeof(int) % 4) % 4;
   w.tile_info = reinterpret_cast<int4*>(after);
-  w.token_weights = reinterpret_cast<float*>(after + 4 * p.max_tiles);
-  w.sorted_bins = after + 4 * p.max_tiles + kGroupTokenSlots * p.num_tokens;
   return w;
 }
 
@@ -165,16 +161,20 @@ __global__ void __launch_bounds__(kGroupHistThreads) group_scatter_kernel(Groupe
 }
 
 constexpr int kBinBits = 12;  // bins <= 4096
+constexpr int kIndexPairsPerThread = kGroupFusedIndexMaxPairs / kGroupIndexThreads;
 static_assert((kGroupFusedIndexMaxPairs << kBinBits) > 0, "key packing overflows");
 
-CAKEMOE_HD int index_smem_ints(int bins, int pairs) { return 2 * bins + 1 + pairs; }
+/// Shared memory of the one-CTA index: offsets and tile bases per bin, the key of every pair and,
+/// when they fit (kGroupIndexSmemTokens), the per-token route counts.
+CAKEMOE_HD int index_smem_ints(int bins, int pairs, int tokens) {
+  return 2 * bins + 1 + pairs + (tokens <= kGroupIndexSmemTokens ? tokens : 0);
+}
 
 /// 1 CTA x 1024, dynamic smem index_smem_ints() ints: the whole index of the grouped pipeline in
-/// one launch (P <= kGroupFusedIndexMaxPairs). A route's place inside its bin comes from a
-/// shared-memory atomic, so it varies between runs; nothing downstream depends on it (every
-/// route's arithmetic is independent of its tile, and the combine sums a token's routes in
-/// ascending pair order). Also sorts each token's <= 16 slots ascending with their weights, and
-/// zeroes the shrink rows of invalid pairs.
+/// one launch (P <= kGroupFusedIndexMaxPairs). A route's place inside its bin and inside its
+/// token's slot list comes from an atomic, so it varies between runs; nothing downstream depends
+/// on it (each route's arithmetic is independent of its tile, and the combine sorts a token's
+/// slots by pair id). Also zeroes the shrink rows of invalid pairs.
 template <int kUnused = 0>
 __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(GroupedParams p) {
   extern __shared__ int smem[];
@@ -183,34 +183,56 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   int* offs = smem;              // [bins + 1]: counts, then exclusive offsets
   int* tiles = offs + bins + 1;  // [bins]: tile counts, then tile bases
   int* key = tiles + bins;       // [P]: (place in bin << kBinBits) | bin, or -1
+  const bool smem_tokens = p.num_tokens <= kGroupIndexSmemTokens;
+  int* token_count = smem_tokens ? key + p.num_pairs : nullptr;
   const GroupedWs w = grouped_ws(p);
+  if (!smem_tokens) token_count = w.token_count;
   const int tid = threadIdx.x, nt = blockDim.x;
   dev::pdl_trigger();
   for (int b = tid; b <= bins; b += nt) offs[b] = 0;
-  for (int t = tid; t < p.num_tokens; t += nt) w.token_count[t] = 0;
-#pragma unroll 4
-  for (int i = tid; i < p.num_pairs; i += nt) {
-    key[i] = route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i, p.num_tokens,
-                       p.num_loras, p.num_experts);
+  for (int t = tid; t < p.num_tokens; t += nt) token_count[t] = 0;
+  // Every load of this thread's pairs first (tokens and experts, then LoRAs): two dependent
+  // trips in all instead of two per pair.
+  int64_t tok[kIndexPairsPerThread], exp[kIndexPairsPerThread], lora[kIndexPairsPerThread];
+#pragma unroll
+  for (int j = 0; j < kIndexPairsPerThread; ++j) {
+    const int i = tid + j * nt;
+    tok[j] = i < p.num_pairs ? p.sorted_token_ids[i] : -1;
+    exp[j] = i < p.num_pairs ? p.expert_ids[i] : -1;
   }
-  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kIndexPairsPerThread; ++j) {
+    lora[j] = tok[j] >= 0 && tok[j] < p.num_tokens ? p.lora_indices[tok[j]] : -1;
+  }
+  __syncthreads();  // offs and token_count zeroed
   uint4* shrink = static_cast<uint4*>(p.shrink_out);
   const int row_vectors = p.rank / 8;
-  for (int i = tid; i < p.num_pairs; i += nt) {
-    const int bin = key[i];
-    if (bin >= 0) {
+#pragma unroll
+  for (int j = 0; j < kIndexPairsPerThread; ++j) {
+    const int i = tid + j * nt;
+    if (i >= p.num_pairs) continue;
+    const bool valid = lora[j] >= 0 && lora[j] < p.num_loras && exp[j] >= 0 &&
+                       exp[j] < p.num_experts;  // tok in range whenever lora >= 0
+    if (valid) {
+      const int bin = static_cast<int>(lora[j] * p.num_experts + exp[j]);
       key[i] = (atomicAdd(&offs[bin], 1) << kBinBits) | bin;
-      const int t = static_cast<int>(p.sorted_token_ids[i]);
-      const int slot = atomicAdd(&w.token_count[t], 1);
+      const int t = static_cast<int>(tok[j]);
+      const int slot = atomicAdd(&token_count[t], 1);
       if (slot < kGroupTokenSlots) w.token_slots[t * kGroupTokenSlots + slot] = i;
     } else {
+      key[i] = -1;
       for (int v = 0; v < row_vectors; ++v) {
         shrink[static_cast<int64_t>(i) * row_vectors + v] = make_uint4(0, 0, 0, 0);
       }
     }
   }
   __syncthreads();
-  for (int b = tid; b < bins; b += nt) tiles[b] = (offs[b] + kGroupTileRoutes - 1) / kGroupTileRoutes;
+  if (smem_tokens) {
+    for (int t = tid; t < p.num_tokens; t += nt) w.token_count[t] = token_count[t];
+  }
+  for (int b = tid; b < bins; b += nt) {
+    tiles[b] = (offs[b] + kGroupTileRoutes - 1) / kGroupTileRoutes;
+  }
   __syncthreads();
   block_exclusive_scan(offs, bins + 1, warp_sums);
   const int ntiles = block_exclusive_scan(tiles, bins, warp_sums);
@@ -220,31 +242,14 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     for (int k = 0; k * kGroupTileRoutes < count; ++k) {
       const int first = start + k * kGroupTileRoutes;
       w.tile_start[tiles[b] + k] = first;
-      w.tile_info[tiles[b] + k] = make_int4(first, min(kGroupTileRoutes, start + count - first), b, 0);
+      w.tile_info[tiles[b] + k] =
+          make_int4(first, min(kGroupTileRoutes, start + count - first), b, 0);
     }
   }
   if (tid == 0) w.header[0] = ntiles;
   for (int i = tid; i < p.num_pairs; i += nt) {
     const int k = key[i];
-    if (k >= 0) {
-      const int bin = k & ((1 << kBinBits) - 1);
-      const int pos = offs[bin] + (k >> kBinBits);
-      w.sorted_routes[pos] = i;
-      w.sorted_bins[pos] = bin;
-    }
-  }
-  // Each token's slots ascending (insertion sort of <= 16), weights alongside.
-  for (int t = tid; t < p.num_tokens; t += nt) {
-    int* slots = w.token_slots + t * kGroupTokenSlots;
-    float* weights = w.token_weights + t * kGroupTokenSlots;
-    const int count = min(w.token_count[t], kGroupTokenSlots);
-    for (int j = 1; j < count; ++j) {
-      const int v = slots[j];
-      int m = j;
-      for (; m > 0 && slots[m - 1] > v; --m) slots[m] = slots[m - 1];
-      slots[m] = v;
-    }
-    for (int j = 0; j < count; ++j) weights[j] = p.topk_weights[slots[j]];
+    if (k >= 0) w.sorted_routes[offs[k & ((1 << kBinBits) - 1)] + (k >> kBinBits)] = i;
   }
 }
 

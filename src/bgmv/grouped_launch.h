@@ -11,15 +11,12 @@ namespace bgmv {
 /// Grouped pipeline operands. Workspace layout (int32 words, spec §5; sizes from
 /// grouped_workspace()): header[4] (word 0 = tile count), bin_offset[bins + 1], tile_start
 /// [max_tiles], sorted_routes[P], token_count[T], token_slots[16 T], hist[hist_ctas * bins],
-/// cta_base[hist_ctas * bins], tile_info[4 max_tiles] ({first route, routes, bin, 0} per tile),
-/// token_weights[16 T] (fp32 bits; one-CTA index only: the weights of the token's slots, which
-/// that index sorts ascending), sorted_bins[P] (one-CTA index only: the bin of sorted_routes[i]). Zeroed once at prepare; every launch rewrites what it reads.
+/// cta_base[hist_ctas * bins], then 0-3 pad words and tile_info[4 max_tiles] ({first route,
+/// routes, bin, 0} per tile, 16-byte aligned). Zeroed once at prepare; every launch rewrites
+/// what it reads.
 ///
-/// Two index forms: the one-CTA index kernel (fused_index, P <= kGroupFusedIndexMaxPairs) or
-/// group_hist -> group_scan -> group_scatter. Two expand forms: the slab expand (slab_cols > 0:
-/// a CTA owns slab_cols columns of every token, keeps the per-route partials of its columns in
-/// shared memory and combines them itself; needs the one-CTA index) or grouped expand (fp32
-/// partials [P, H] in `partials`) -> combine. Both give the same bits (docs/decisions/bgmv.md).
+/// Two index forms with the same result: the one-CTA index kernel (fused_index, P <=
+/// kGroupFusedIndexMaxPairs) or group_hist -> group_scan -> group_scatter.
 struct GroupedParams {
   const void* x = nullptr;       ///< [T, H] bf16/fp16
   const void* lora_a = nullptr;  ///< [L, E, R, H]
@@ -42,9 +39,8 @@ struct GroupedParams {
   int splits = 1;               ///< hidden splits of the canonical shrink order (spec §3.2)
   int hist_ctas = 1;
   int max_tiles = 1;
-  int slab_cols = 0;    ///< 4, 8 or 16: slab expand; 0: grouped expand + combine
   int fused_index = 0;  ///< 1: one-CTA index kernel
-  int stage_a = 0;      ///< 1: the grouped shrink stages its 8 x H rank block of A in smem
+  int stage = 0;        ///< grouped shrink staging: 0 none, 1 A's 8 x H block, 2 A + first x rows
   int pdl = 0;          ///< 1: every stage after the first is a programmatic dependent
 };
 
@@ -74,9 +70,8 @@ constexpr int kGroupExpandCols = 256;  ///< columns per grouped-expand / combine
 constexpr int kGroupTokenSlots = 16;
 constexpr int kGroupIndexThreads = 1024;           ///< one-CTA index kernel
 constexpr int kGroupFusedIndexMaxPairs = 16384;    ///< key[P] in its shared memory
-constexpr int kGroupSlabThreads = 256;
-constexpr int kGroupSlabMaxSmem = 200 * 1024;      ///< P x slab_cols fp32 partials
-constexpr int kGroupStageAMaxBytes = 112 * 1024;   ///< 8 x H x 2 bytes (H <= 7168)
+constexpr int kGroupIndexSmemTokens = 16384;       ///< token counts in its shared memory
+constexpr int kGroupCombineThreads = 256;
 constexpr int kOrderBuildThreads = 1024;
 constexpr int kOrderBuildMaxPairs = 4096;
 

@@ -43,12 +43,15 @@ constexpr int64_t kGroupedMinWeightElemsSub16 = 16384;
 constexpr int64_t kGroupedMaxTileRows = 65536;
 // Grouped GPU geometry (grouped_launch.h has the same limits for the kernels).
 constexpr int64_t kGroupFusedIndexMaxPairs = 16384;
-constexpr int64_t kGroupIndexSmemMax = 200 * 1024;
-constexpr int64_t kGroupSlabPreferredSmem = 100 * 1024;  // >= 2 CTAs per SM
-constexpr int64_t kGroupSlabMaxSmem = 200 * 1024;
-constexpr int64_t kGroupSlabMinWavesCtas = 2;            // CTAs >= 2 x SMs
-constexpr int64_t kGroupStageAMaxBytes = 112 * 1024;
+constexpr int64_t kGroupShrinkPartRoutes = 4;
+constexpr int64_t kGroupStageXMaxBytes = 100 * 1024;  // A + 4 x rows: H <= 4266, >= 2 CTAs/SM
+constexpr int64_t kGroupStageAMaxBytes = 112 * 1024;  // A alone: H <= 7168
 constexpr int64_t kGroupAlignPadWords = 3;  // tile_info starts 16-byte aligned
+
+// cakemoe's SM90 grouped crossover (H200 measurements, bench/NOTES.md).
+constexpr int64_t kGroupedSm90MinPairs = 1024;
+constexpr int64_t kGroupedSm90MinPairsRank64 = 2048;
+constexpr int64_t kGroupedSm90MinPairsRank64Wide = 4096;  // rank 64, hidden >= 4096
 
 // spec §6 order remap.
 constexpr int64_t kRemapMinPairs = 1024;
@@ -175,6 +178,17 @@ bool select_grouped(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_loras
   return group_max_tiles(num_pairs, bins) < (int64_t{1} << 31);
 }
 
+bool select_grouped_sm90(int64_t num_pairs, int64_t num_loras, int64_t num_experts, int64_t hidden,
+                         int64_t rank) {
+  const int64_t bins = num_loras * num_experts;
+  if (bins <= 0 || bins > kGroupBinsMax) return false;
+  if (ceil_div(num_pairs, kGroupTileTokens) >= kGroupedMaxTileRows) return false;
+  if (num_pairs < kGroupedSm90MinPairs) return false;
+  if (rank >= 64 && num_pairs < kGroupedSm90MinPairsRank64) return false;
+  if (rank >= 64 && hidden >= 4096 && num_pairs < kGroupedSm90MinPairsRank64Wide) return false;
+  return true;
+}
+
 bool select_order_remap(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_loras,
                         int64_t num_experts, int64_t hidden, int64_t rank, Arch arch) {
   if (arch != Arch::kSm90a) return false;  // Blackwell's L2 serves repeats in any order
@@ -257,49 +271,37 @@ RouteIndexLayout route_index_layout(int64_t num_tokens) {
   return l;
 }
 
-GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int64_t num_loras,
-                                 int64_t num_experts, int num_sms, int slab_override) {
+GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override) {
   GroupedGeometry g;
-  const int64_t bins = num_loras * num_experts;
-  g.fused_index = num_pairs <= kGroupFusedIndexMaxPairs &&
-                  (2 * bins + 1 + num_pairs) * 4 <= kGroupIndexSmemMax;
-  g.stage_a = kRankTile * hidden * 2 <= kGroupStageAMaxBytes;
-  if (!g.fused_index) return g;  // the slab expand reads the one-CTA index's token lists
-  if (slab_override >= 0) {
-    core::require(slab_override == 0 || slab_override == 4 || slab_override == 8 ||
-                      slab_override == 16,
-                  "grouped_slab_cols", "must be 0, 4, 8 or 16, got " + std::to_string(slab_override));
-    core::require(num_pairs * slab_override * 4 <= kGroupSlabMaxSmem, "grouped_slab_cols",
-                  "num_pairs x columns x 4 bytes must fit in " +
-                      std::to_string(kGroupSlabMaxSmem) + " bytes of shared memory");
-    g.slab_cols = slab_override;
-    return g;
+  // NOTE: the one-CTA index's shared memory (2 bins + 1 + P + T ints, T counted up to 16384) is
+  // at most 164 KB for bins <= 4096 and P <= 16384, so only P limits it.
+  if (index_override >= 0) {
+    core::require(index_override == 0 || num_pairs <= kGroupFusedIndexMaxPairs, "grouped_index",
+                  "the one-CTA index takes at most 16384 pairs, got " +
+                      std::to_string(num_pairs));
+    g.fused_index = index_override == 1;
+  } else {
+    g.fused_index = num_pairs <= kGroupFusedIndexMaxPairs;
   }
-  // Widest slab that keeps >= 2 CTAs per SM (smem) and >= 2 CTAs per SM of work; else 4 columns
-  // at one CTA per SM while the partials fit; else the fp32 partials through HBM.
-  for (const int64_t cols : {16, 8, 4}) {
-    if (num_pairs * cols * 4 <= kGroupSlabPreferredSmem &&
-        ceil_div(hidden, cols) >= kGroupSlabMinWavesCtas * std::max(num_sms, 1)) {
-      g.slab_cols = static_cast<int>(cols);
-      return g;
-    }
+  const int64_t row_bytes = hidden * 2;
+  if ((kRankTile + kGroupShrinkPartRoutes) * row_bytes <= kGroupStageXMaxBytes) {
+    g.stage = 2;
+  } else if (kRankTile * row_bytes <= kGroupStageAMaxBytes) {
+    g.stage = 1;
   }
-  if (num_pairs * 4 * 4 <= kGroupSlabMaxSmem) g.slab_cols = 4;
   return g;
 }
 
 GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
-                                   int64_t num_experts, int64_t hidden,
-                                   const GroupedGeometry& geometry) {
+                                   int64_t num_experts, int64_t hidden) {
   GroupedWorkspace w;
   w.bins = num_loras * num_experts;
   w.hist_ctas = group_hist_ctas(num_pairs);
   w.max_tiles = group_max_tiles(num_pairs, w.bins);
   w.int_words = kGroupHeaderWords + (w.bins + 1) + w.max_tiles + num_pairs + num_tokens +
                 RouteIndexLayout::kSlotsPerToken * num_tokens + 2 * w.hist_ctas * w.bins +
-                kGroupAlignPadWords + 4 * w.max_tiles +
-                RouteIndexLayout::kSlotsPerToken * num_tokens + num_pairs;
-  w.partial_floats = geometry.slab_cols > 0 ? 0 : num_pairs * hidden;
+                kGroupAlignPadWords + 4 * w.max_tiles;
+  w.partial_floats = num_pairs * hidden;
   return w;
 }
 
@@ -331,10 +333,12 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   }
   ShrinkLaunch shrink = select_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch);
   const int64_t bins = p.num_loras * p.num_experts;
-  c.grouped = p.grouped.has_value()
-                  ? *p.grouped
-                  : select_grouped(p.num_pairs, p.num_tokens, p.num_loras, p.num_experts, p.hidden,
-                                   p.rank);
+  const bool sm90 = p.arch == Arch::kSm90a;
+  c.grouped = p.grouped.has_value() ? *p.grouped
+              : sm90 ? select_grouped_sm90(p.num_pairs, p.num_loras, p.num_experts, p.hidden,
+                                           p.rank)
+                     : select_grouped(p.num_pairs, p.num_tokens, p.num_loras, p.num_experts,
+                                      p.hidden, p.rank);
   if (c.grouped) {
     core::require(!remap_forced, "order_remap",
                   "order_remap=true cannot be combined with the grouped pipeline");
@@ -344,10 +348,10 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
     core::require(ceil_div(p.num_pairs, kGroupTileTokens) < kGroupedMaxTileRows, "grouped",
                   "the grouped pipeline needs ceil(num_pairs / 16) < 65536");
   } else {
-    c.order_remap = p.order_remap.has_value()
-                        ? *p.order_remap
-                        : select_order_remap(p.num_pairs, p.num_tokens, p.num_loras,
-                                             p.num_experts, p.hidden, p.rank, p.arch);
+    // NOTE: select_order_remap is spec §6's rule; it only ever picks SM90, where the remap
+    // measured slower than identity dispatch on every shape (its one-CTA prologue costs 13-19 us
+    // and the L2 reuse it buys is already there), so cakemoe applies it only when forced.
+    c.order_remap = p.order_remap.value_or(false);
   }
   if (c.order_remap) {
     core::require(p.num_pairs <= kRemapMaxPairs, "order_remap",

@@ -46,7 +46,13 @@ int select_pdl_mode(Variant variant, int64_t num_tokens, int64_t hidden, Arch ar
 /// spec §5: heuristic for the pair-grouped pipeline (grouped = None).
 bool select_grouped(int64_t num_pairs, int64_t num_tokens, int64_t num_loras, int64_t num_experts,
                     int64_t hidden, int64_t rank);
+/// cakemoe's grouped heuristic on SM90, from H200 measurements of every pipeline on the same
+/// inputs (bench_bgmv --variants; bench/NOTES.md), replacing spec §5's B200 rule there.
+bool select_grouped_sm90(int64_t num_pairs, int64_t num_loras, int64_t num_experts, int64_t hidden,
+                         int64_t rank);
 /// spec §6: heuristic for the SM90 shrink order remap (order_remap = None, grouped not chosen).
+/// cakemoe does not apply it by default: on the H200 the remap never paid for its prologue
+/// (choose_cake_plan leaves order_remap off unless forced; bench/NOTES.md).
 bool select_order_remap(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
                         int64_t num_experts, int64_t hidden, int64_t rank, Arch arch);
 /// Fused decode path (one cooperative launch, src/bgmv/decode_fused.cuh): CTAs of its grid,
@@ -103,19 +109,18 @@ struct RouteIndexLayout {
 RouteIndexLayout route_index_layout(int64_t num_tokens);
 
 /// How the grouped pipeline runs on the GPU (cakemoe's choice, docs/decisions/bgmv-gpu-runtime.md):
-/// the one-CTA index (P <= 16384), the slab expand's columns per CTA (0: grouped expand + combine
-/// through fp32 partials [P, H] in HBM), and whether the shrink stages A in shared memory.
+/// the one-CTA index (P <= 16384) or hist -> scan -> scatter, and what the grouped shrink stages
+/// in shared memory (0 nothing, 1 A's 8 x H block, 2 A and the first part's x rows).
 struct GroupedGeometry {
   bool fused_index = false;
-  int slab_cols = 0;
-  bool stage_a = false;
+  int stage = 0;
 };
-/// `slab_override` >= 0 forces the slab columns (0, 4, 8, 16; tests and benches); -1 picks.
-GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int64_t num_loras,
-                                 int64_t num_experts, int num_sms, int slab_override = -1);
+/// `index_override` 0 / 1 forces hist -> scan -> scatter / the one-CTA index (tests, benches);
+/// -1 picks. InvalidArgument("grouped_index") when the one-CTA index is forced past 16384 pairs.
+GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override = -1);
 
-/// spec §5 grouped workspace: int32 words (with cakemoe's tile_info and token_weights, see
-/// grouped_launch.h) and the fp32 per-route partials [P, H] (0 with the slab expand).
+/// spec §5 grouped workspace: int32 words (with cakemoe's tile_info, see grouped_launch.h) and the
+/// fp32 per-route partials [P, H].
 struct GroupedWorkspace {
   int64_t bins = 0;
   int64_t hist_ctas = 0;
@@ -124,8 +129,7 @@ struct GroupedWorkspace {
   int64_t partial_floats = 0;
 };
 GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
-                                   int64_t num_experts, int64_t hidden,
-                                   const GroupedGeometry& geometry = {});
+                                   int64_t num_experts, int64_t hidden);
 
 /// spec §6 order workspace: one int32 per pair.
 inline int64_t order_workspace_words(int64_t num_pairs) { return num_pairs; }

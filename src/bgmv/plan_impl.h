@@ -39,7 +39,7 @@ class BgmvPlan::Impl {
   /// Device workspaces of the grouped pipeline (§5) and the order remap (§6); undefined when
   /// unused.
   Tensor group_workspace, group_partials, order_workspace;
-  int grouped_slab_override = -1;  ///< PrepareInternals::grouped_slab_cols
+  int grouped_index_override = -1;  ///< PrepareInternals::grouped_index
   /// The CUDA runtime (CUDA tensors only): launch sequence and private graph (spec §8).
   std::unique_ptr<CudaPlan> cuda;
 
@@ -69,9 +69,9 @@ struct PrepareInternals {
   /// Take the portable path even inside the Cake support set (the bench's baseline); the plan
   /// reports fallback_reason "forced portable path (internal option)" and warns nothing.
   bool force_portable = false;
-  /// Grouped pipeline: force the slab expand's columns (4, 8, 16) or the fp32-partials expand
-  /// + combine (0); -1 lets grouped_geometry() pick.
-  int grouped_slab_cols = -1;
+  /// Grouped pipeline index: 1 forces the one-CTA index, 0 hist -> scan -> scatter, -1 lets
+  /// grouped_geometry() pick.
+  int grouped_index = -1;
 };
 
 /// prepare_bgmv_moe returning the implementation (tests and binding layers keep a handle on it).

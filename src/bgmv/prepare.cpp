@@ -126,7 +126,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
   impl->variant = variant_name(choice.variant);
   impl->params.shrink_splits = choice.shrink_launch ? choice.shrink_launch->splits : 1;
   impl->params.grouped = choice.grouped;
-  impl->grouped_slab_override = internals.grouped_slab_cols;
+  impl->grouped_index_override = internals.grouped_index;
   impl->x = x;
   impl->lora_a = lora_a_weights;
   impl->lora_b = lora_b_weights;

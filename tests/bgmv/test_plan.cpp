@@ -162,29 +162,20 @@ TEST(BgmvPlanSupport, ReasonsInSpecOrder) {
             "(why). Pass fallback=false to raise instead.");
 }
 
-// cakemoe's grouped GPU geometry (docs/decisions/bgmv-gpu-runtime.md), H200: 132 SMs.
+// cakemoe's grouped GPU geometry (docs/decisions/bgmv-gpu-runtime.md).
 TEST(BgmvPlanWorkspaces, GroupedGeometry) {
-  const GroupedGeometry a = grouped_geometry(2048, 3072, 8, 128, 132);
+  const GroupedGeometry a = grouped_geometry(2048, 3072);
   EXPECT_TRUE(a.fused_index);
-  EXPECT_EQ(a.slab_cols, 8);  // 16 columns: 128 KB of partials (one CTA per SM)
-  EXPECT_TRUE(a.stage_a);
-  EXPECT_EQ(grouped_geometry(4096, 3072, 8, 128, 132).slab_cols, 4);
-  EXPECT_EQ(grouped_geometry(8192, 3072, 8, 128, 132).slab_cols, 4);    // 128 KB, 1 CTA/SM
-  EXPECT_EQ(grouped_geometry(12800, 3072, 8, 128, 132).slab_cols, 4);   // 200 KB
-  EXPECT_EQ(grouped_geometry(12808, 3072, 8, 128, 132).slab_cols, 0);   // HBM partials
-  EXPECT_EQ(grouped_geometry(800, 736, 4, 8, 132).slab_cols, 4);        // few columns
-  EXPECT_EQ(grouped_geometry(1024, 16384, 4, 8, 132).slab_cols, 16);
-  const GroupedGeometry big = grouped_geometry(16385, 3072, 8, 128, 132);
-  EXPECT_FALSE(big.fused_index);
-  EXPECT_EQ(big.slab_cols, 0);
-  EXPECT_TRUE(grouped_geometry(16384, 3072, 8, 128, 132).fused_index);
-  EXPECT_TRUE(grouped_geometry(64, 7168, 1, 8, 132).stage_a);
-  EXPECT_FALSE(grouped_geometry(64, 7176, 1, 8, 132).stage_a);
-  EXPECT_EQ(grouped_geometry(2048, 3072, 8, 128, 132, 16).slab_cols, 16);
-  EXPECT_EQ(grouped_geometry(2048, 3072, 8, 128, 132, 0).slab_cols, 0);
-  EXPECT_THROW(grouped_geometry(16384, 3072, 8, 128, 132, 16), InvalidArgument);
-  EXPECT_THROW(grouped_geometry(64, 3072, 8, 128, 132, 12), InvalidArgument);
-  EXPECT_EQ(grouped_workspace(2048, 1024, 8, 128, 3072, a).partial_floats, 0);
+  EXPECT_EQ(a.stage, 2);                                  // (8 + 4) x 3072 x 2 = 72 KB
+  EXPECT_EQ(grouped_geometry(64, 4264).stage, 2);        // 99.9 KB
+  EXPECT_EQ(grouped_geometry(64, 4272).stage, 1);        // A alone: 66.8 KB
+  EXPECT_EQ(grouped_geometry(64, 7168).stage, 1);        // 112 KB
+  EXPECT_EQ(grouped_geometry(64, 7176).stage, 0);
+  EXPECT_TRUE(grouped_geometry(16384, 3072).fused_index);
+  EXPECT_FALSE(grouped_geometry(16385, 3072).fused_index);
+  EXPECT_FALSE(grouped_geometry(2048, 3072, 0).fused_index);
+  EXPECT_TRUE(grouped_geometry(64, 3072, 1).fused_index);
+  EXPECT_THROW(grouped_geometry(16385, 3072, 1), InvalidArgument);
 }
 
 TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
@@ -199,10 +190,8 @@ TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
   EXPECT_EQ(g.bins, 1024);
   EXPECT_EQ(g.max_tiles, 1536);
   EXPECT_EQ(g.hist_ctas, 8);
-  // spec §5 words, then cakemoe's alignment pad, tile_info[4 max_tiles], token_weights[16 T]
-  // and sorted_bins[P].
-  EXPECT_EQ(g.int_words, 4 + 1025 + 1536 + 8192 + 4096 + 4096 * 16 + 2 * 8 * 1024 + 3 +
-                             4 * 1536 + 4096 * 16 + 8192);
+  // spec §5 words, then cakemoe's alignment pad and tile_info[4 max_tiles].
+  EXPECT_EQ(g.int_words, 4 + 1025 + 1536 + 8192 + 4096 + 4096 * 16 + 2 * 8 * 1024 + 3 + 4 * 1536);
   EXPECT_EQ(g.partial_floats, 8192 * 3072);
   EXPECT_EQ(grouped_workspace(1, 1, 1, 1, 8).hist_ctas, 1);
   EXPECT_EQ(grouped_workspace(1 << 20, 1, 1, 1, 8).hist_ctas, 64);
@@ -230,15 +219,21 @@ TEST(BgmvPlanChoice, CakeChoices) {
   EXPECT_FALSE(c.order_remap);
   EXPECT_EQ(c.pdl_mode, 1);
   EXPECT_EQ(c.schedule_id, 0);
-  // Auto remap (SM90, 7168 x 64, T = 512): the remap forms are two-stage.
+  // spec §6's rule would remap (SM90, 7168 x 64, T = 512); cakemoe remaps only when forced.
+  EXPECT_TRUE(select_order_remap(1024, 512, 2, 128, 7168, 64, Arch::kSm90a));
   c = choose_cake_plan(desc(512, 1024, 7168, 64, 2, 128));
-  EXPECT_TRUE(c.order_remap);
-  EXPECT_EQ(c.shrink_launch->form, 0);
+  EXPECT_FALSE(c.order_remap);
+  EXPECT_FALSE(c.grouped);  // rank 64: per-route below 2048 pairs
   EXPECT_EQ(c.schedule_id, 1);
-  // Auto grouped wins over remap; forcing grouped off lets the remap heuristic run.
+  // SM90 grouped crossover (select_grouped_sm90) vs spec §5's rule elsewhere.
   c = choose_cake_plan(desc(1024, 2048, 2048, 64, 2, 128));
   EXPECT_TRUE(c.grouped);
   EXPECT_FALSE(c.order_remap);
+  c = choose_cake_plan(desc(512, 1024, 3072, 32, 8, 128));
+  EXPECT_TRUE(c.grouped);
+  ProblemDesc bw = desc(512, 1024, 3072, 32, 8, 128);
+  bw.arch = Arch::kSm100a;
+  EXPECT_FALSE(choose_cake_plan(bw).grouped);
   // Forced remap keeps the selector's splits (bitwise equal to identity dispatch).
   ProblemDesc d = desc(4, 8, 3072, 32, 2, 128);
   d.order_remap = true;
@@ -249,6 +244,18 @@ TEST(BgmvPlanChoice, CakeChoices) {
   std::ostringstream os;
   os << c;
   EXPECT_NE(os.str().find("order_remap=1"), std::string::npos);
+}
+
+TEST(BgmvPlanChoice, GroupedSm90Crossover) {
+  EXPECT_FALSE(select_grouped_sm90(1023, 8, 128, 3072, 32));
+  EXPECT_TRUE(select_grouped_sm90(1024, 8, 128, 3072, 32));
+  EXPECT_TRUE(select_grouped_sm90(1024, 8, 128, 4096, 16));
+  EXPECT_FALSE(select_grouped_sm90(1024, 8, 128, 3072, 64));
+  EXPECT_TRUE(select_grouped_sm90(2048, 8, 128, 3072, 64));
+  EXPECT_FALSE(select_grouped_sm90(2048, 8, 128, 4096, 64));
+  EXPECT_TRUE(select_grouped_sm90(4096, 8, 128, 4096, 64));
+  EXPECT_FALSE(select_grouped_sm90(8192, 64, 128, 3072, 32));  // 8192 bins
+  EXPECT_FALSE(select_grouped_sm90(16 * 65536, 8, 128, 3072, 32));
 }
 
 TEST(BgmvPlanChoice, ForcedConflictsAndLimits) {

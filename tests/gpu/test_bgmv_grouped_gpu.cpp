@@ -1,7 +1,7 @@
 // The grouped pipeline's GPU forms (docs/decisions/bgmv-gpu-runtime.md): one-CTA index vs hist /
-// scan / scatter, slab expand (4, 8, 16 columns) vs fp32 partials through HBM + combine. Every
-// form must give the CPU reference's grouped order bit for bit, over >= 8 replays, with the
-// shrink rows bitwise equal to the per-route pipeline's.
+// scan / scatter, and the shrink's staging forms (A and x in shared memory, A alone, none, chosen
+// by H). Every form must give the CPU reference's grouped order bit for bit, over >= 8 poisoned
+// replays, with the shrink rows bitwise equal to the CPU's.
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -35,26 +35,26 @@ CaseSpec grouped_spec(const GroupedRow& row, uint64_t seed) {
   return s;
 }
 
-std::string label_of(const CaseSpec& s, int slab) {
+std::string label_of(const CaseSpec& s, int index) {
   return "H=" + std::to_string(s.hidden) + " R=" + std::to_string(s.rank) + " T=" +
          std::to_string(s.tokens) + " k=" + std::to_string(s.top_k) + " L=" +
          std::to_string(s.loras) + " E=" + std::to_string(s.experts) + " " +
          dtype_name(s.dtype) + " order=" + std::to_string(static_cast<int>(s.order)) +
-         " slab=" + std::to_string(slab);
+         " index=" + std::to_string(index);
 }
 
-BgmvPlan prepare_grouped(const GpuCase& g, int slab) {
+BgmvPlan prepare_grouped(const GpuCase& g, int index) {
   BgmvOptions o;
   o.grouped = true;
   bgmv::detail::PrepareInternals internals;
-  internals.grouped_slab_cols = slab;
+  internals.grouped_index = index;
   return BgmvPlan(bgmv::detail::prepare_impl(g.x, g.views(g.a), g.views(g.b), g.sorted,
                                              g.experts, g.loras, g.weights, g.host.spec.experts,
                                              o, internals));
 }
 
-/// Each slab form of `row` (those whose partials fit) against the CPU grouped order.
-void check_forms(const GroupedRow& row, uint64_t seed, const std::vector<int>& slabs) {
+/// Each index form of `row` against the CPU grouped order.
+void check_forms(const GroupedRow& row, uint64_t seed, const std::vector<int>& indexes) {
   GpuCase g(bgmv_test::make_case(grouped_spec(row, seed)));
   BgmvOptions cpu_options;
   cpu_options.grouped = true;
@@ -63,11 +63,9 @@ void check_forms(const GroupedRow& row, uint64_t seed, const std::vector<int>& s
   cpu.run(nullptr);
   const std::vector<float> want = fetch_y(cpu.y_accum());
   const std::vector<uint16_t> want_rows = fetch_u16(cpu.shrink_out());
-  const int64_t pairs = static_cast<int64_t>(g.host.sorted_token_ids.size());
-  for (const int slab : slabs) {
-    if (pairs * slab * 4 > bgmv::kGroupSlabMaxSmem) continue;
-    const std::string label = label_of(g.host.spec, slab);
-    BgmvPlan gpu = prepare_grouped(g, slab);
+  for (const int index : indexes) {
+    const std::string label = label_of(g.host.spec, index);
+    BgmvPlan gpu = prepare_grouped(g, index);
     ASSERT_TRUE(gpu.grouped()) << label;
     std::vector<float> first;
     for (int i = 0; i < 8; ++i) {
@@ -88,33 +86,34 @@ void check_forms(const GroupedRow& row, uint64_t seed, const std::vector<int>& s
 
 TEST(BgmvGroupedGpu, SmallFormsBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
-  const std::vector<int> slabs = {0, 4, 8, 16};
+  const std::vector<int> indexes = {0, 1};
   const GroupedRow rows[] = {
       {768, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
       {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
       {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},  // > 16 routes: scan
       {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted}};
   uint64_t seed = 900;
-  for (const GroupedRow& row : rows) check_forms(row, ++seed, slabs);
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, indexes);
 }
 
 TEST(BgmvGroupedGpu, FormsBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
-  const std::vector<int> slabs = {-1, 0, 4, 8, 16};
+  const std::vector<int> indexes = {0, 1};
   const GroupedRow rows[] = {
       {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},
       {2688, 16, 300, 8, 4, 64, DType::kFP16, PairOrder::kExpertSorted},
       {4096, 64, 256, 6, 2, 128, DType::kBF16, PairOrder::kSlotMajor},
-      {7176, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};  // A not staged
+      {5120, 16, 96, 2, 2, 16, DType::kFP16, PairOrder::kTokenMajor},  // stage 1: A alone
+      {7176, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};   // stage 0
   uint64_t seed = 950;
-  for (const GroupedRow& row : rows) check_forms(row, ++seed, slabs);
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, indexes);
 }
 
-// P > 16384: hist / scan / scatter index and the fp32-partials expand + combine.
+// P > 16384: the hist / scan / scatter index is the only form.
 TEST(BgmvGroupedGpu, ManyPairsUseTheMultiCtaIndex) {
   CAKEMOE_REQUIRE_GPU();
   const GroupedRow row = {512, 8, 4200, 4, 4, 64, DType::kBF16, PairOrder::kExpertSorted};
-  const bgmv::GroupedGeometry geo = bgmv::grouped_geometry(4200 * 4, 512, 4, 64, 132);
+  const bgmv::GroupedGeometry geo = bgmv::grouped_geometry(4200 * 4, 512);
   ASSERT_FALSE(geo.fused_index);
   check_forms(row, 990, {-1});
 }
