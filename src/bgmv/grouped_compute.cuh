@@ -139,17 +139,29 @@ __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_kernel(GroupedP
   }
 }
 
-/// grid (max_tiles, ceil(H / 256)) x 256: one column per thread; B row read once per tile.
+/// grid (max_tiles, ceil(H / 256)) x 256: one column per thread; B row read once per tile, its
+/// loads issued before the tile's shrink rows are staged (they need only the tile's bin).
 template <bool kBf16, int kRank>
 __global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(GroupedParams p) {
   __shared__ float srow[kGroupTileRoutes][kRank];
   __shared__ int spair[kGroupTileRoutes];
+  constexpr int kGroups = kRank / 8;
   dev::pdl_wait();
   dev::pdl_trigger();
   const GroupedWs w = grouped_ws(p);
   if (static_cast<int>(blockIdx.x) >= w.header[0]) return;
   const int4 info = w.tile_info[blockIdx.x];
   const int first = info.x, n = info.y, bin = info.z;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols + threadIdx.x;
+  const bool column = c < p.hidden;
+  uint4 braw[kGroups];
+  if (column) {
+    const uint4* brow = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
+                                                       (static_cast<int64_t>(bin) * p.hidden + c) *
+                                                           kRank);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) braw[g] = brow[g];
+  }
   const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out);
   for (int idx = threadIdx.x; idx < n * kRank; idx += blockDim.x) {
     const int i = idx / kRank, r = idx % kRank;
@@ -158,14 +170,10 @@ __global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(Groupe
     srow[i][r] = widen<kBf16>(shrink[static_cast<int64_t>(pair) * kRank + r]);
   }
   __syncthreads();
-  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols + threadIdx.x;
-  if (c >= p.hidden) return;
-  const uint16_t* brow = static_cast<const uint16_t*>(p.lora_b) +
-                         (static_cast<int64_t>(bin) * p.hidden + c) * kRank;
+  if (!column) return;
   float b[kRank];
 #pragma unroll
-  for (int g = 0; g < kRank / 8; ++g) load8<kBf16>(brow + 8 * g, b + 8 * g);
-  constexpr int kGroups = kRank / 8;
+  for (int g = 0; g < kGroups; ++g) dev::unpack8<!kBf16>(braw[g], b + 8 * g);
   for (int i = 0; i < n; ++i) {
     float lanes[kGroups];
 #pragma unroll

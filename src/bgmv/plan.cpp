@@ -50,8 +50,9 @@ constexpr int64_t kGroupAlignPadWords = 3;  // tile_info starts 16-byte aligned
 
 // cakemoe's SM90 grouped crossover (H200 measurements, bench/NOTES.md).
 constexpr int64_t kGroupedSm90MinPairs = 1024;
+constexpr int64_t kGroupedSm90MinTokens = 256;
 constexpr int64_t kGroupedSm90MinPairsRank64 = 2048;
-constexpr int64_t kGroupedSm90MinPairsRank64Wide = 4096;  // rank 64, hidden >= 4096
+constexpr int64_t kGroupedSm90MinTokensRank64 = 512;
 
 // spec §6 order remap.
 constexpr int64_t kRemapMinPairs = 1024;
@@ -178,15 +179,17 @@ bool select_grouped(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_loras
   return group_max_tiles(num_pairs, bins) < (int64_t{1} << 31);
 }
 
-bool select_grouped_sm90(int64_t num_pairs, int64_t num_loras, int64_t num_experts, int64_t hidden,
-                         int64_t rank) {
+bool select_grouped_sm90(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
+                         int64_t num_experts, int64_t rank) {
   const int64_t bins = num_loras * num_experts;
   if (bins <= 0 || bins > kGroupBinsMax) return false;
   if (ceil_div(num_pairs, kGroupTileTokens) >= kGroupedMaxTileRows) return false;
-  if (num_pairs < kGroupedSm90MinPairs) return false;
-  if (rank >= 64 && num_pairs < kGroupedSm90MinPairsRank64) return false;
-  if (rank >= 64 && hidden >= 4096 && num_pairs < kGroupedSm90MinPairsRank64Wide) return false;
-  return true;
+  // Per-route wins at few tokens with many routes each (its token-owned expand batches a
+  // token's routes); grouped wins once bins repeat enough.
+  if (rank >= 64) {
+    return num_pairs >= kGroupedSm90MinPairsRank64 && num_tokens >= kGroupedSm90MinTokensRank64;
+  }
+  return num_pairs >= kGroupedSm90MinPairs && num_tokens >= kGroupedSm90MinTokens;
 }
 
 bool select_order_remap(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_loras,
@@ -335,7 +338,7 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   const int64_t bins = p.num_loras * p.num_experts;
   const bool sm90 = p.arch == Arch::kSm90a;
   c.grouped = p.grouped.has_value() ? *p.grouped
-              : sm90 ? select_grouped_sm90(p.num_pairs, p.num_loras, p.num_experts, p.hidden,
+              : sm90 ? select_grouped_sm90(p.num_pairs, p.num_tokens, p.num_loras, p.num_experts,
                                            p.rank)
                      : select_grouped(p.num_pairs, p.num_tokens, p.num_loras, p.num_experts,
                                       p.hidden, p.rank);

@@ -48,8 +48,8 @@ bool select_grouped(int64_t num_pairs, int64_t num_tokens, int64_t num_loras, in
                     int64_t hidden, int64_t rank);
 /// cakemoe's grouped heuristic on SM90, from H200 measurements of every pipeline on the same
 /// inputs (bench_bgmv --variants; bench/NOTES.md), replacing spec §5's B200 rule there.
-bool select_grouped_sm90(int64_t num_pairs, int64_t num_loras, int64_t num_experts, int64_t hidden,
-                         int64_t rank);
+bool select_grouped_sm90(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
+                         int64_t num_experts, int64_t rank);
 /// spec §6: heuristic for the SM90 shrink order remap (order_remap = None, grouped not chosen).
 /// cakemoe does not apply it by default: on the H200 the remap never paid for its prologue
 /// (choose_cake_plan leaves order_remap off unless forced; bench/NOTES.md).

@@ -223,7 +223,7 @@ TEST(BgmvPlanChoice, CakeChoices) {
   EXPECT_TRUE(select_order_remap(1024, 512, 2, 128, 7168, 64, Arch::kSm90a));
   c = choose_cake_plan(desc(512, 1024, 7168, 64, 2, 128));
   EXPECT_FALSE(c.order_remap);
-  EXPECT_FALSE(c.grouped);  // rank 64: per-route below 2048 pairs
+  EXPECT_FALSE(c.grouped);  // rank 64: per-route below 2048 pairs / 512 tokens
   EXPECT_EQ(c.schedule_id, 1);
   // SM90 grouped crossover (select_grouped_sm90) vs spec §5's rule elsewhere.
   c = choose_cake_plan(desc(1024, 2048, 2048, 64, 2, 128));
@@ -246,16 +246,17 @@ TEST(BgmvPlanChoice, CakeChoices) {
   EXPECT_NE(os.str().find("order_remap=1"), std::string::npos);
 }
 
+// H200 crossovers (bench/results/2026-11-29_*_bgmv-variants.md).
 TEST(BgmvPlanChoice, GroupedSm90Crossover) {
-  EXPECT_FALSE(select_grouped_sm90(1023, 8, 128, 3072, 32));
-  EXPECT_TRUE(select_grouped_sm90(1024, 8, 128, 3072, 32));
-  EXPECT_TRUE(select_grouped_sm90(1024, 8, 128, 4096, 16));
-  EXPECT_FALSE(select_grouped_sm90(1024, 8, 128, 3072, 64));
-  EXPECT_TRUE(select_grouped_sm90(2048, 8, 128, 3072, 64));
-  EXPECT_FALSE(select_grouped_sm90(2048, 8, 128, 4096, 64));
-  EXPECT_TRUE(select_grouped_sm90(4096, 8, 128, 4096, 64));
-  EXPECT_FALSE(select_grouped_sm90(8192, 64, 128, 3072, 32));  // 8192 bins
-  EXPECT_FALSE(select_grouped_sm90(16 * 65536, 8, 128, 3072, 32));
+  EXPECT_FALSE(select_grouped_sm90(1023, 512, 8, 128, 32));
+  EXPECT_TRUE(select_grouped_sm90(1024, 512, 8, 128, 32));   // T 512 k 2
+  EXPECT_FALSE(select_grouped_sm90(1024, 128, 8, 128, 32));  // T 128 k 8: per-route
+  EXPECT_TRUE(select_grouped_sm90(1536, 256, 8, 128, 16));   // T 256 k 6
+  EXPECT_FALSE(select_grouped_sm90(1024, 512, 8, 128, 64));  // rank 64 T 512 k 2
+  EXPECT_FALSE(select_grouped_sm90(2048, 256, 8, 128, 64));  // rank 64 T 256 k 8
+  EXPECT_TRUE(select_grouped_sm90(2048, 1024, 8, 128, 64));  // rank 64 T 1024 k 2
+  EXPECT_FALSE(select_grouped_sm90(8192, 4096, 64, 128, 32));  // 8192 bins
+  EXPECT_FALSE(select_grouped_sm90(16 * 65536, 1 << 19, 8, 128, 32));
 }
 
 TEST(BgmvPlanChoice, ForcedConflictsAndLimits) {

@@ -227,6 +227,8 @@ TEST(BgmvPlanGpu, OrderRemapBitwiseIdentity) {
     BgmvOptions on, off;
     on.order_remap = true;
     off.order_remap = false;
+    on.grouped = false;  // the remap applies to the per-route pipeline only
+    off.grouped = false;
     auto remap = bgmv::detail::prepare_impl(g.x, g.views(g.a), g.views(g.b), g.sorted,
                                             g.experts, g.loras, g.weights, s.experts, on);
     BgmvPlan identity = g.prepare_gpu(off);
