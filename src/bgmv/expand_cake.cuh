@@ -243,8 +243,10 @@ CAKEMOE_DEVICE void prefetch_contiguous_b(const CakeParams& p, int64_t t, int64_
 
 // NOTE: the minimum of 512 threads per SM lets ptxas keep a whole batch's loads in flight (with
 // no occupancy hint it interleaves them with the previous route's FMAs); at most 128 registers.
+// NOTE: ranks 8/16 ask for 8 CTAs of 128 threads per SM (64 registers): at T >= 256 the
+// route-discovery chain of each CTA needs the occupancy (H200: 4 CTAs/SM cost 20-30 % at rank 16).
 template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch>
-__global__ void __launch_bounds__(kThreads, 512 / kThreads)
+__global__ void __launch_bounds__(kThreads, (kRank <= 16 ? 1024 : 512) / kThreads)
     cake_expand_kernel(const CakeParams p) {
   using Shape = ExpandShape<kRank, kThreads, kItems, kBatch>;
   constexpr int kGroups = Shape::kGroups;

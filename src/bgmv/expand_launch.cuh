@@ -42,7 +42,9 @@ void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
 template <bool kFp16, int kRank>
 void launch_expand_schedule(const CakeParams& p, cudaStream_t stream) {
   constexpr int kGroups = kRank / 8;
-  constexpr int kWideBatch = 8 / kGroups < 4 ? (8 / kGroups < 1 ? 1 : 8 / kGroups) : 4;
+  // Ranks 8/16: 2 routes per batch, so the kernel fits 64 registers (8 CTAs per SM).
+  constexpr int kWideBatch =
+      kGroups <= 2 ? 2 : (8 / kGroups < 4 ? (8 / kGroups < 1 ? 1 : 8 / kGroups) : 4);
   if (p.schedule_id == 1) {
     launch_expand_instance<kFp16, kRank, 128, kGroups, kWideBatch>(p, stream);
   } else {

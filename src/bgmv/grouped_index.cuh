@@ -193,16 +193,18 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   for (int t = tid; t < p.num_tokens; t += nt) token_count[t] = 0;
   // Every load of this thread's pairs first (tokens and experts, then LoRAs): two dependent
   // trips in all instead of two per pair.
-  int64_t tok[kIndexPairsPerThread], exp[kIndexPairsPerThread], lora[kIndexPairsPerThread];
+  // NOTE: int32 copies (indices were validated at prepare), so the arrays stay in registers.
+  int tok[kIndexPairsPerThread], exp[kIndexPairsPerThread], lora[kIndexPairsPerThread];
 #pragma unroll
   for (int j = 0; j < kIndexPairsPerThread; ++j) {
     const int i = tid + j * nt;
-    tok[j] = i < p.num_pairs ? p.sorted_token_ids[i] : -1;
-    exp[j] = i < p.num_pairs ? p.expert_ids[i] : -1;
+    const int64_t t = i < p.num_pairs ? p.sorted_token_ids[i] : -1;
+    tok[j] = t >= 0 && t < p.num_tokens ? static_cast<int>(t) : -1;
+    exp[j] = i < p.num_pairs ? static_cast<int>(p.expert_ids[i]) : -1;
   }
 #pragma unroll
   for (int j = 0; j < kIndexPairsPerThread; ++j) {
-    lora[j] = tok[j] >= 0 && tok[j] < p.num_tokens ? p.lora_indices[tok[j]] : -1;
+    lora[j] = tok[j] >= 0 ? static_cast<int>(p.lora_indices[tok[j]]) : -1;
   }
   __syncthreads();  // offs and token_count zeroed
   uint4* shrink = static_cast<uint4*>(p.shrink_out);
