@@ -49,8 +49,8 @@ Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_bu
     bgmv::BgmvPlan cake = bgmv::prepare_bgmv_moe(in.x, {in.a}, {in.b}, in.sorted, in.experts,
                                                  in.loras, in.weights, s.experts);
     const auto launch = cake.shrink_launch();
-    row.plan = cake.backend_used() + (cake.grouped() ? " grouped" : "") +
-               (cake.order_remap() ? " remap" : "") +
+    row.plan = cake.backend_used() + (cake.fused_decode() ? " fused" : "") +
+               (cake.grouped() ? " grouped" : "") + (cake.order_remap() ? " remap" : "") +
                (launch ? " f" + std::to_string(launch->form) + "s" +
                              std::to_string(launch->splits)
                        : "") +
