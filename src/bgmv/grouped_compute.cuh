@@ -139,39 +139,28 @@ __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_kernel(GroupedP
   }
 }
 
-/// grid (max_tiles, ceil(H / kGroupExpandColsPerCta)) x 256: two adjacent columns per thread (one
-/// 2·R·2-byte run of B, so twice the bytes in flight per thread); B rows read once per tile, their
-/// loads issued before the tile's shrink rows are staged (they need only the tile's bin). B stays
-/// packed in registers and is widened one column at a time (the same values, so the same bits).
-/// NOTE: occupancy caps (256 threads): rank 32 at 64 registers (4 CTAs, 128 KB of B in flight per
-/// SM; uncapped, ptxas widens all of B up front: 96 registers, 2 CTAs), ranks 8/16 at 3 CTAs,
-/// rank 64 at 2 CTAs (128 registers; ptxas spills 64 bytes of the second column's packed B).
+/// grid (max_tiles, ceil(H / 256)) x 256: one column per thread; B row read once per tile, its
+/// loads issued before the tile's shrink rows are staged (they need only the tile's bin).
 template <bool kBf16, int kRank>
-__global__ void __launch_bounds__(kGroupExpandThreads, kRank == 32 ? 4 : (kRank < 32 ? 3 : 2))
-    grouped_expand_kernel(GroupedParams p) {
+__global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(GroupedParams p) {
   __shared__ float srow[kGroupTileRoutes][kRank];
   __shared__ int spair[kGroupTileRoutes];
   constexpr int kGroups = kRank / 8;
-  constexpr int kCols = kGroupExpandColsPerCta / kGroupExpandThreads;  // 2
   dev::pdl_wait();
   dev::pdl_trigger();
   const GroupedWs w = grouped_ws(p);
   if (static_cast<int>(blockIdx.x) >= w.header[0]) return;
   const int4 info = w.tile_info[blockIdx.x];
   const int first = info.x, n = info.y, bin = info.z;
-  // H % 8 == 0, so both columns of a thread are inside or outside together.
-  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroupExpandColsPerCta + kCols * threadIdx.x;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols + threadIdx.x;
   const bool column = c < p.hidden;
-  uint4 braw[kCols][kGroups];
+  uint4 braw[kGroups];
   if (column) {
     const uint4* brow = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
                                                        (static_cast<int64_t>(bin) * p.hidden + c) *
                                                            kRank);
 #pragma unroll
-    for (int j = 0; j < kCols; ++j) {
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) braw[j][g] = brow[j * kGroups + g];
-    }
+    for (int g = 0; g < kGroups; ++g) braw[g] = brow[g];
   }
   const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out);
   for (int idx = threadIdx.x; idx < n * kRank; idx += blockDim.x) {
@@ -182,29 +171,25 @@ __global__ void __launch_bounds__(kGroupExpandThreads, kRank == 32 ? 4 : (kRank 
   }
   __syncthreads();
   if (!column) return;
-  // Column-major: only one column's B is widened at a time (keeps 4 CTAs per SM without spills).
+  float b[kRank];
 #pragma unroll
-  for (int j = 0; j < kCols; ++j) {
-    float b[kRank];
+  for (int g = 0; g < kGroups; ++g) dev::unpack8<!kBf16>(braw[g], b + 8 * g);
+  for (int i = 0; i < n; ++i) {
+    float lanes[kGroups];
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) dev::unpack8<!kBf16>(braw[j][g], b + 8 * g);
-    for (int i = 0; i < n; ++i) {
-      float lanes[kGroups];
+    for (int g = 0; g < kGroups; ++g) {
+      float part = 0.0f;
 #pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        float part = 0.0f;
-#pragma unroll
-        for (int r = 8 * g; r < 8 * g + 8; ++r) part = fmaf(srow[i][r], b[r], part);
-        lanes[g] = part;
-      }
-      // Lane 0 of the XOR butterfly (offsets G/2 .. 1): lanes >= off mirror lanes < off.
-#pragma unroll
-      for (int off = kGroups / 2; off >= 1; off /= 2) {
-#pragma unroll
-        for (int g = 0; g < off; ++g) lanes[g] = lanes[g] + lanes[g + off];
-      }
-      p.partials[static_cast<int64_t>(spair[i]) * p.hidden + c + j] = lanes[0];
+      for (int r = 8 * g; r < 8 * g + 8; ++r) part = fmaf(srow[i][r], b[r], part);
+      lanes[g] = part;
     }
+    // Lane 0 of the XOR butterfly (offsets G/2 .. 1): lanes >= off mirror lanes < off.
+#pragma unroll
+    for (int off = kGroups / 2; off >= 1; off /= 2) {
+#pragma unroll
+      for (int g = 0; g < off; ++g) lanes[g] = lanes[g] + lanes[g + off];
+    }
+    p.partials[static_cast<int64_t>(spair[i]) * p.hidden + c] = lanes[0];
   }
 }
 

@@ -45,8 +45,8 @@ inline void launch_stage(void (*kernel)(GroupedParams), dim3 grid, int threads, 
 template <bool kBf16, int kRank>
 void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
   const bool pdl = p.pdl != 0;
-  const dim3 grid(p.max_tiles, (p.hidden + kGroupExpandColsPerCta - 1) / kGroupExpandColsPerCta);
-  launch_stage(grouped_expand_kernel<kBf16, kRank>, grid, kGroupExpandThreads, 0, pdl, stream, p);
+  const dim3 grid(p.max_tiles, (p.hidden + kGroupExpandCols - 1) / kGroupExpandCols);
+  launch_stage(grouped_expand_kernel<kBf16, kRank>, grid, kGroupExpandCols, 0, pdl, stream, p);
   launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, pdl, stream,
                p);
 }
