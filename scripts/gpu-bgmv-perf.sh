@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# BGMV performance session on the H200 box in one device call (bench/NOTES.md, "next, ranked"):
+# build, the BGMV GPU tests, the issue table, the stage table, the variant table (optional) and an
+# ncu per-kernel view of two reference shapes. At most 8 files land in OUTDIR (the device tool's
+# limit): summary.txt build.log tests.log bench.log stages.log variants.log ncu_1.txt ncu_2.txt.
+#
+#   scripts/gpu-bgmv-perf.sh OUTDIR [--variants] [--no-ncu]
+#
+# Every step has its own timeout inside one budget (CAKEMOE_GPU_CHECK_BUDGET, default 540 s).
+# ncu runs with --clock-control none (H200.md) and its default cache flush before each kernel.
+set -uo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+out=""
+variants=0
+ncu_on=1
+for arg in "$@"; do
+  case "$arg" in
+    --variants) variants=1 ;;
+    --no-ncu) ncu_on=0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
+    -*) cakemoe_log "unknown argument: $arg"; exit 2 ;;
+    *) out="$arg" ;;
+  esac
+done
+out="${out:-${OUT:-$PWD/gpu-bgmv-perf-out}}"
+mkdir -p "$out"
+build="${CAKEMOE_BUILD_DIR:-$CAKEMOE_ROOT/build-gpu}"
+budget="${CAKEMOE_GPU_CHECK_BUDGET:-540}"
+export CAKEMOE_WITH_CUDA=ON
+cakemoe_cuda_path
+summary="$out/summary.txt"
+{
+  echo "date:   $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "commit: ${CAKEMOE_COMMIT:-unknown (set CAKEMOE_COMMIT)}"
+  echo "gpu:    $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+} >"$summary"
+
+# step NAME LOG CAP command...: runs under min(CAP, what is left of the budget), logs rc and time.
+step() {
+  local name="$1" log="$2" cap="$3"
+  shift 3
+  local left=$((budget - SECONDS - 10))
+  local limit=$((cap < left ? cap : left))
+  if ((limit <= 0)); then
+    echo "$name: skipped (budget spent)" >>"$summary"
+    return 1
+  fi
+  local t0=$SECONDS rc=0
+  timeout --kill-after=5 "$limit" "$@" >>"$log" 2>&1 || rc=$?
+  echo "$name: rc $rc, $((SECONDS - t0)) s" >>"$summary"
+  return "$rc"
+}
+
+if ! step configure "$out/build.log" 120 \
+       bash -c "source '$CAKEMOE_ROOT/scripts/common.sh'; cakemoe_configure '$build' all \
+                -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON" ||
+   ! step build "$out/build.log" 300 cmake --build "$build" -j "$(nproc)"; then
+  tail -n 30 "$out/build.log"
+  cat "$summary"
+  exit 1
+fi
+bench="$build/bench/bench_bgmv"
+step tests "$out/tests.log" 200 "$build/tests/test_gpu" --gtest_filter='Bgmv*' --gtest_brief=1
+grep -E "PASSED|FAILED" "$out/tests.log" | tail -n 5 >>"$summary"
+step bench "$out/bench.log" 90 "$bench" --reps=30
+step stages "$out/stages.log" 60 "$bench" --stages --reps=30
+if ((variants)); then
+  step variants "$out/variants.log" 200 "$bench" --variants --reps=30 --budget=170
+fi
+if ((ncu_on)) && command -v ncu >/dev/null 2>&1; then
+  i=0
+  for shape in 3072,32,1024,2,8 3072,32,1024,2,4; do
+    i=$((i + 1))
+    echo "shape $shape (default plan first, then the forced pipelines of --variants)" \
+      >"$out/ncu_$i.txt"
+    step "ncu $shape" "$out/ncu_$i.txt" 90 ncu --clock-control none --graph-profiling node \
+      --kernel-name regex:'group|cake|fused' --launch-count 6 --section SpeedOfLight \
+      --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+      "$bench" --variants --shape="$shape" --reps=1
+  done
+fi
+echo "total:  $SECONDS s (budget $budget s)" >>"$summary"
+cat "$summary"
