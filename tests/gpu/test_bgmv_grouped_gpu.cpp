@@ -91,7 +91,8 @@ TEST(BgmvGroupedGpu, SmallFormsBitwiseVsCpu) {
       {768, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
       {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
       {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},  // > 16 routes: scan
-      {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted}};
+      {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
+      {4096, 8, 16, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};  // P 32: 4 hidden splits
   uint64_t seed = 900;
   for (const GroupedRow& row : rows) check_forms(row, ++seed, indexes);
 }
