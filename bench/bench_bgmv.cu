@@ -49,28 +49,26 @@ Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_bu
     bgmv::BgmvPlan cake = bgmv::prepare_bgmv_moe(in.x, {in.a}, {in.b}, in.sorted, in.experts,
                                                  in.loras, in.weights, s.experts);
     const auto launch = cake.shrink_launch();
-    row.plan = cake.backend_used() + (cake.fused_decode() ? " fused" : "") +
-               (cake.grouped() ? " grouped" : "") + (cake.order_remap() ? " remap" : "") +
-               (launch ? " f" + std::to_string(launch->form) + "s" +
-                             std::to_string(launch->splits)
-                       : "") +
-               " pdl" + std::to_string(cake.pdl_mode());
+    row.plan =
+        cake.backend_used() + (cake.fused_decode() ? " fused" : "") +
+        (cake.grouped() ? " grouped" : "") + (cake.order_remap() ? " remap" : "") +
+        (launch ? " f" + std::to_string(launch->form) + "s" + std::to_string(launch->splits) : "") +
+        " pdl" + std::to_string(cake.pdl_mode());
     row.cake_us = bench.time_plan(cake);
   }
   {
     bgmv::detail::PrepareInternals forced;
     forced.force_portable = true;
-    bgmv::BgmvPlan portable(bgmv::detail::prepare_impl(in.x, {in.a}, {in.b}, in.sorted,
-                                                       in.experts, in.loras, in.weights,
-                                                       s.experts, {}, forced));
+    bgmv::BgmvPlan portable(bgmv::detail::prepare_impl(
+        in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras, in.weights, s.experts, {}, forced));
     row.portable_us = bench.time_plan(portable);
   }
   return row;
 }
 
 void print_header() {
-  std::printf("%5s %3s %5s %2s %2s %4s | %-22s | %9s %8s %6s | %9s %7s\n", "H", "R", "T", "k",
-              "L", "E", "plan", "cake us", "GB/s", "%roof", "port. us", "speedup");
+  std::printf("%5s %3s %5s %2s %2s %4s | %-22s | %9s %8s %6s | %9s %7s\n", "H", "R", "T", "k", "L",
+              "E", "plan", "cake us", "GB/s", "%roof", "port. us", "speedup");
 }
 
 void print_row(const Row& r) {
@@ -94,9 +92,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows) {
                  "\"real_time\": %.3f, \"time_unit\": \"us\", \"portable_us\": %.3f, "
                  "\"bytes_min\": %.0f}%s\n",
                  (long long)r.s.hidden, (long long)r.s.rank, (long long)r.s.tokens,
-                 (long long)r.s.top_k, (long long)r.s.loras, (long long)r.s.experts,
-                 r.plan.c_str(), r.cake_us, r.portable_us, r.bytes_min,
-                 i + 1 < rows.size() ? "," : "");
+                 (long long)r.s.top_k, (long long)r.s.loras, (long long)r.s.experts, r.plan.c_str(),
+                 r.cake_us, r.portable_us, r.bytes_min, i + 1 < rows.size() ? "," : "");
   }
   std::fprintf(f, "]}\n");
   std::fclose(f);
@@ -133,8 +130,8 @@ int run(int argc, char** argv) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   std::vector<Shape> shapes;
-  const std::vector<int64_t> hiddens = quick ? std::vector<int64_t>{3072}
-                                             : std::vector<int64_t>{2688, 3072, 4096};
+  const std::vector<int64_t> hiddens =
+      quick ? std::vector<int64_t>{3072} : std::vector<int64_t>{2688, 3072, 4096};
   for (int64_t t : {1, 16, 128, 1024, 2048}) {  // the issue's vLLM reference points
     for (int64_t e : {64, 128}) shapes.push_back({3072, 32, t, 2, 4, e});
   }
@@ -149,9 +146,10 @@ int run(int argc, char** argv) {
       }
     }
   }
-  std::printf("BGMV plan bench: graph replay, L2 flushed (%s) per rep, median of %d reps, "
-              "bf16, GB/s vs spec §14 bytes_min, roofline %.2f TB/s\n", bench.flush_name(),
-              bench.reps, kHbmTbPerS);
+  std::printf(
+      "BGMV plan bench: graph replay, L2 flushed (%s) per rep, median of %d reps, "
+      "bf16, GB/s vs spec §14 bytes_min, roofline %.2f TB/s\n",
+      bench.flush_name(), bench.reps, kHbmTbPerS);
   print_header();
   // One weight buffer pair sized for the largest shape; views take what each shape needs.
   const int64_t max_w = 8 * 128 * 64 * 4096;

@@ -5,8 +5,8 @@
 #pragma once
 
 #include <chrono>
-#include <optional>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,8 +23,8 @@ double time_or_skip(Bench& bench, Prepare prepare, std::string* label) {
   try {
     bgmv::BgmvPlan plan(prepare());
     if (label != nullptr) {
-      *label = std::string(plan.grouped() ? "grouped" : "route") +
-               (plan.order_remap() ? "+remap" : "");
+      *label =
+          std::string(plan.grouped() ? "grouped" : "route") + (plan.order_remap() ? "+remap" : "");
     }
     return bench.time_plan(plan);
   } catch (const Error&) {
@@ -55,9 +55,11 @@ int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
     }
     shapes = {{h, r, t, k, l, 128}};
   }
-  std::printf("BGMV variant bench: graph replay, L2 flush (%s) per rep, median of %d reps, bf16; "
-              "us per forced pipeline (-1: refused); %%roof of the best vs bytes_min at %.2f "
-              "TB/s\n", bench.flush_name(), bench.reps, kHbmTbPerS);
+  std::printf(
+      "BGMV variant bench: graph replay, L2 flush (%s) per rep, median of %d reps, bf16; "
+      "us per forced pipeline (-1: refused); %%roof of the best vs bytes_min at %.2f "
+      "TB/s\n",
+      bench.flush_name(), bench.reps, kHbmTbPerS);
   std::printf("%5s %3s %5s %2s %2s | %-14s %9s | %9s %9s %9s %9s %9s | %6s\n", "H", "R", "T", "k",
               "L", "default", "us", "route", "remap", "noremap", "grouped", "grp idx3", "%roof");
   const int64_t max_w = 8 * 128 * 64 * 4096;
@@ -96,11 +98,12 @@ int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
       if (v > 0 && (best <= 0 || v < best)) best = v;
     }
     const double gbs = bytes_min(s, in.routing.bins_touched) / (best * 1e3);
-    std::printf("%5lld %3lld %5lld %2lld %2lld | %-14s %9.2f | %9.2f %9.2f %9.2f %9.2f %9.2f | "
-                "%5.1f%%\n",
-                (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
-                (long long)s.loras, label.c_str(), def, route, remap, noremap, grouped, index3,
-                100.0 * gbs / (kHbmTbPerS * 1e3));
+    std::printf(
+        "%5lld %3lld %5lld %2lld %2lld | %-14s %9.2f | %9.2f %9.2f %9.2f %9.2f %9.2f | "
+        "%5.1f%%\n",
+        (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
+        (long long)s.loras, label.c_str(), def, route, remap, noremap, grouped, index3,
+        100.0 * gbs / (kHbmTbPerS * 1e3));
     std::fflush(stdout);
     ++done;
   }

@@ -15,16 +15,16 @@ namespace bgmv {
 /// (F == H, one slice); every pointer 16-byte aligned device memory; splits > 1 only with
 /// P <= 128 and splits <= min(8, ceil(H / 1024)).
 struct CakeParams {
-  int dtype = 0;                ///< 0 bf16, 1 fp16 (x, LoRA weights and shrink_out)
-  const void* x = nullptr;      ///< [T, H]
-  const void* lora_a = nullptr; ///< [L, E, R, H]
-  const void* lora_b = nullptr; ///< [L, E, H, R]
+  int dtype = 0;                              ///< 0 bf16, 1 fp16 (x, LoRA weights and shrink_out)
+  const void* x = nullptr;                    ///< [T, H]
+  const void* lora_a = nullptr;               ///< [L, E, R, H]
+  const void* lora_b = nullptr;               ///< [L, E, H, R]
   const int64_t* sorted_token_ids = nullptr;  ///< [P]; outside [0, T) = padding
   const int64_t* expert_ids = nullptr;        ///< [P]
   const int64_t* lora_indices = nullptr;      ///< [T]; -1 = no LoRA
   const float* topk_weights = nullptr;        ///< [P]
-  void* shrink_out = nullptr;   ///< [P, R], weight dtype; every row written by the shrink
-  float* y = nullptr;           ///< [T, H] FP32 with row stride y_row_stride (elements)
+  void* shrink_out = nullptr;  ///< [P, R], weight dtype; every row written by the shrink
+  float* y = nullptr;          ///< [T, H] FP32 with row stride y_row_stride (elements)
   int64_t y_row_stride = 0;
   /// spec §3.3 route index incl. split partials and counters: route_index_layout(T).total_words
   /// words, zeroed once at prepare and never reset afterwards.
@@ -32,12 +32,12 @@ struct CakeParams {
   /// Order remap (spec §6): shrink CTA x computes pair order[x]; nullptr = identity.
   const int32_t* order = nullptr;
   int64_t T = 0, H = 0, R = 0, P = 0, L = 0, E = 0;
-  int form = 0;         ///< shrink ring: 0 = 2 stages, 2 = 3 stages (form 1 is not built)
-  int splits = 1;       ///< hidden splits of the shrink (spec §4.2), 1..8
+  int form = 0;    ///< shrink ring: 0 = 2 stages, 2 = 3 stages (form 1 is not built)
+  int splits = 1;  ///< hidden splits of the shrink (spec §4.2), 1..8
   /// expand (R/8 lanes per column): 0 = 64 threads x 64/(R/8) columns, one column lane each;
   /// 1 = 128 threads x 128 columns, R/8 column lanes each
   int schedule_id = 0;
-  int pdl_mode = 0;     ///< spec §4.4: 0 plain, 1 early trigger, 2 late trigger
+  int pdl_mode = 0;  ///< spec §4.4: 0 plain, 1 early trigger, 2 late trigger
 };
 
 /// Shrink: grid (P, R/8, splits) x 128 threads. Writes shrink_out and publishes routes (§3.3).
@@ -54,17 +54,17 @@ constexpr int64_t kPortableMaxRank = 128;
 /// F >= 1 (any value: scalar tails); y fully contiguous [T, S*F]; pointers 2-byte aligned (vector
 /// loads are used only where alignment allows).
 struct PortableParams {
-  int dtype = 0;                                       ///< 0 bf16, 1 fp16
-  int S = 1;                                           ///< slices
-  const void* x = nullptr;                             ///< [T, H]
-  const void* lora_a[kPortableMaxSlices] = {};         ///< per slice [L, E, R, H]
-  const void* lora_b[kPortableMaxSlices] = {};         ///< per slice [L, E, F, R]
-  const int64_t* sorted_token_ids = nullptr;           ///< [P]
-  const int64_t* expert_ids = nullptr;                 ///< [P]
-  const int64_t* lora_indices = nullptr;               ///< [T]
-  const float* topk_weights = nullptr;                 ///< [P]
-  void* shrink_out = nullptr;                          ///< [S, P, R] contiguous, weight dtype
-  float* y = nullptr;                                  ///< [T, S*F] contiguous
+  int dtype = 0;                                ///< 0 bf16, 1 fp16
+  int S = 1;                                    ///< slices
+  const void* x = nullptr;                      ///< [T, H]
+  const void* lora_a[kPortableMaxSlices] = {};  ///< per slice [L, E, R, H]
+  const void* lora_b[kPortableMaxSlices] = {};  ///< per slice [L, E, F, R]
+  const int64_t* sorted_token_ids = nullptr;    ///< [P]
+  const int64_t* expert_ids = nullptr;          ///< [P]
+  const int64_t* lora_indices = nullptr;        ///< [T]
+  const float* topk_weights = nullptr;          ///< [P]
+  void* shrink_out = nullptr;                   ///< [S, P, R] contiguous, weight dtype
+  float* y = nullptr;                           ///< [T, S*F] contiguous
   int64_t T = 0, H = 0, F = 0, R = 0, P = 0, L = 0, E = 0;
 };
 

@@ -109,8 +109,9 @@ void CudaPlan::run(Stream stream) {
     graph_exec_ = exec;
     owner_ = stream;
   } else if (stream != owner_) {
-    throw InvalidArgument("stream", "a BGMV plan must replay on its original CUDA stream (the "
-                                    "stream of its first run); call close() to rebind");
+    throw InvalidArgument("stream",
+                          "a BGMV plan must replay on its original CUDA stream (the "
+                          "stream of its first run); call close() to rebind");
   }
   CAKEMOE_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph_exec_), as_stream(stream)));
 }

@@ -44,10 +44,10 @@ class CudaPlan {
   int device_index_;
   std::unique_ptr<Launch> launch_;
   std::recursive_mutex mutex_;
-  void* graph_ = nullptr;       // cudaGraph_t
-  void* graph_exec_ = nullptr;  // cudaGraphExec_t
-  void* side_stream_ = nullptr; // cudaStream_t used for capture
-  Stream owner_ = nullptr;      // stream of the first replay; meaningful while graph_exec_ is set
+  void* graph_ = nullptr;        // cudaGraph_t
+  void* graph_exec_ = nullptr;   // cudaGraphExec_t
+  void* side_stream_ = nullptr;  // cudaStream_t used for capture
+  Stream owner_ = nullptr;       // stream of the first replay; meaningful while graph_exec_ is set
 };
 
 }  // namespace bgmv

@@ -11,12 +11,12 @@ namespace bgmv {
 
 struct CudaPlan::Launch {
   CudaPath path = CudaPath::kCakePerRoute;
-  CakeParams cake;                     ///< per-route Cake shrink + expand
-  bool order_remap = false;            ///< run the order-build prologue first
+  CakeParams cake;           ///< per-route Cake shrink + expand
+  bool order_remap = false;  ///< run the order-build prologue first
   OrderBuildParams order;
-  GroupedParams grouped;               ///< grouped pipeline
-  PortableParams portable;             ///< portable fallback
-  FusedDecodeParams fused;             ///< fused decode path (one cooperative launch)
+  GroupedParams grouped;    ///< grouped pipeline
+  PortableParams portable;  ///< portable fallback
+  FusedDecodeParams fused;  ///< fused decode path (one cooperative launch)
   FusedDecodeLauncher fused_launcher = nullptr;
   OrderBuildLauncher order_launcher = nullptr;
   GroupedLauncher grouped_launcher = nullptr;

@@ -44,12 +44,12 @@ Tensor device_zeros(const std::vector<int64_t>& shape, DType dtype, Device devic
 
 void fill_portable(const BgmvPlan::Impl& impl, PortableParams& pp) {
   const ProblemShape& s = impl.shape;
-  core::require_supported(s.num_slices <= kPortableMaxSlices, "lora_a_weights",
-                          "the portable kernels take at most 8 LoRA slices, got " +
-                              std::to_string(s.num_slices));
-  core::require_supported(s.rank <= kPortableMaxRank, "lora_a_weights",
-                          "the portable kernels take LoRA rank at most 128, got " +
-                              std::to_string(s.rank));
+  core::require_supported(
+      s.num_slices <= kPortableMaxSlices, "lora_a_weights",
+      "the portable kernels take at most 8 LoRA slices, got " + std::to_string(s.num_slices));
+  core::require_supported(
+      s.rank <= kPortableMaxRank, "lora_a_weights",
+      "the portable kernels take LoRA rank at most 128, got " + std::to_string(s.rank));
   pp.dtype = dtype_code(s.dtype);
   pp.S = static_cast<int>(s.num_slices);
   pp.x = impl.x.data;
@@ -73,11 +73,10 @@ void fill_portable(const BgmvPlan::Impl& impl, PortableParams& pp) {
 }
 
 void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
-  for (const auto& named : {std::make_pair("x", &impl.x),
-                            std::make_pair("lora_a_weights[0]", &impl.lora_a[0]),
-                            std::make_pair("lora_b_weights[0]", &impl.lora_b[0]),
-                            std::make_pair("shrink_out", &impl.shrink_out),
-                            std::make_pair("y_accum", &impl.y_accum)}) {
+  for (const auto& named :
+       {std::make_pair("x", &impl.x), std::make_pair("lora_a_weights[0]", &impl.lora_a[0]),
+        std::make_pair("lora_b_weights[0]", &impl.lora_b[0]),
+        std::make_pair("shrink_out", &impl.shrink_out), std::make_pair("y_accum", &impl.y_accum)}) {
     require_aligned(*named.second, named.first);
   }
   core::require(impl.y_accum.strides[0] % 4 == 0, "y_accum",
@@ -88,10 +87,9 @@ void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
 
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
-  const GroupedGeometry geo =
-      grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override);
-  const GroupedWorkspace gw = grouped_workspace(s.num_pairs, s.num_tokens, s.num_loras,
-                                                s.num_experts, s.hidden);
+  const GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override);
+  const GroupedWorkspace gw =
+      grouped_workspace(s.num_pairs, s.num_tokens, s.num_loras, s.num_experts, s.hidden);
   impl.group_workspace = device_zeros({gw.int_words}, DType::kInt32, s.device);
   impl.group_partials = Tensor::empty({gw.partial_floats}, DType::kFP32, s.device);
   const CakeParams& cp = launch.cake;
@@ -120,8 +118,8 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.fused_index = geo.fused_index ? 1 : 0;
   g.stage = geo.stage;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
-  launch.grouped_launcher = reinterpret_cast<GroupedLauncher>(
-      unit_or_throw("grouped", dtype_name(s.dtype), arch).launch);
+  launch.grouped_launcher =
+      reinterpret_cast<GroupedLauncher>(unit_or_throw("grouped", dtype_name(s.dtype), arch).launch);
 }
 
 void fill_order(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
@@ -153,9 +151,9 @@ const core::KernelUnit* fused_unit(int64_t rank) {
 void fill_fused(const BgmvPlan::Impl& impl, CudaPlan::Launch& launch) {
   const ProblemShape& s = impl.shape;
   const core::KernelUnit* unit = fused_unit(s.rank);
-  core::require_supported(unit != nullptr, "fused_decode",
-                          "this build has no BGMV 'decode_fused' kernel unit for rank " +
-                              std::to_string(s.rank));
+  core::require_supported(
+      unit != nullptr, "fused_decode",
+      "this build has no BGMV 'decode_fused' kernel unit for rank " + std::to_string(s.rank));
   FusedDecodeParams& f = launch.fused;
   f.cake = launch.cake;
   f.shrink_ctas = s.num_pairs * (s.rank / 8) * f.cake.splits;

@@ -25,11 +25,11 @@ namespace cakemoe {
 namespace bgmv {
 namespace dev {
 
-constexpr int kFusedRankTile = 8;                     // rank rows per shrink CTA
-constexpr int64_t kFusedTile = kFusedThreads * 8;     // K elements per shrink tile (§3.2)
+constexpr int kFusedRankTile = 8;                  // rank rows per shrink CTA
+constexpr int64_t kFusedTile = kFusedThreads * 8;  // K elements per shrink tile (§3.2)
 constexpr int kFusedWarps = kFusedThreads / kWarp;
-constexpr int kFusedBatch = 32;         // routes whose shrink rows are staged in smem at once
-constexpr int kFusedRegVectors = 16;    // 16-byte B vectors an expand thread keeps in flight
+constexpr int kFusedBatch = 32;       // routes whose shrink rows are staged in smem at once
+constexpr int kFusedRegVectors = 16;  // 16-byte B vectors an expand thread keeps in flight
 // __launch_bounds__ occupancy target: 5 CTAs per SM on sm_90a (96 registers, no spills); the
 // Blackwell ptxas spills at that budget, so 4 there (<= 128 registers; compile-only targets).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -44,10 +44,10 @@ struct FusedShrinkShared {
 
 template <int kRank>
 struct FusedExpandShared {
-  float rows[kFusedBatch][kRank];           // widened, rounded shrink rows of a route batch
-  float weights[kFusedMaxPairs];            // routing weight per route (ascending pair order)
-  int64_t b_offset[kFusedMaxPairs];         // element offset of B[l, e] per route
-  int32_t routes[kFusedMaxPairs];           // pair id per route, ascending
+  float rows[kFusedBatch][kRank];    // widened, rounded shrink rows of a route batch
+  float weights[kFusedMaxPairs];     // routing weight per route (ascending pair order)
+  int64_t b_offset[kFusedMaxPairs];  // element offset of B[l, e] per route
+  int32_t routes[kFusedMaxPairs];    // pair id per route, ascending
   int warp_counts[kFusedWarps];
 };
 
@@ -112,8 +112,8 @@ CAKEMOE_DEVICE void fused_shrink(const CakeParams& p, int64_t b, FusedShrinkShar
     if (z == 0 && tid < kFusedRankTile) out[tid] = 0;
     return;
   }
-  const uint16_t* a_rows = static_cast<const uint16_t*>(p.lora_a) +
-                           ((l * p.E + e) * kRank + rb * kFusedRankTile) * p.H;
+  const uint16_t* a_rows =
+      static_cast<const uint16_t*>(p.lora_a) + ((l * p.E + e) * kRank + rb * kFusedRankTile) * p.H;
   uint4 av[kFusedRankTile];
 #pragma unroll
   for (int i = 0; i < kFusedRankTile; ++i) {

@@ -54,8 +54,8 @@ void launch_fused_decode_rank(const FusedDecodeParams& p, void* stream) {
     throw InvalidArgument("rank", "the fused decode unit was built for another rank");
   }
   if (c.dtype != 0 && c.dtype != 1) {
-    throw InvalidArgument("dtype", "BGMV kernels take 0 (bf16) or 1 (fp16), got " +
-                                       std::to_string(c.dtype));
+    throw InvalidArgument("dtype",
+                          "BGMV kernels take 0 (bf16) or 1 (fp16), got " + std::to_string(c.dtype));
   }
   if (p.blocks_per_sm_out == nullptr) {
     if (c.P < 1 || c.P > kFusedMaxPairs || c.T < 1 || c.H < 8) {

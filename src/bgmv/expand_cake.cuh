@@ -28,9 +28,9 @@ enum RouteMode : int { kNoRoutes = 0, kRouteList = 1, kSerialScan = 2 };
 /// spaced kThreads / G columns apart, and loading kBatch routes' B vectors before its FMAs.
 template <int kRank, int kThreads, int kItems, int kBatch>
 struct ExpandShape {
-  static constexpr int kGroups = kRank / 8;                  // lanes per column
-  static constexpr int kColStride = kThreads / kGroups;      // columns per item row
-  static constexpr int kCols = kItems * kColStride;          // columns per CTA
+  static constexpr int kGroups = kRank / 8;              // lanes per column
+  static constexpr int kColStride = kThreads / kGroups;  // columns per item row
+  static constexpr int kCols = kItems * kColStride;      // columns per CTA
   static_assert(kGroups >= 1 && kGroups <= 8 && kWarp % kGroups == 0, "rank 8..64");
   static_assert(kThreads % kWarp == 0 && kBatch >= 1, "whole warps");
 };
@@ -127,8 +127,8 @@ CAKEMOE_DEVICE float widen_half(const uint4& v, int e) {
 /// The thread's (column, lane) slots of one CTA.
 template <class Shape>
 struct ExpandLanes {
-  int g;          // rank group of this lane
-  int64_t col0;   // column of item 0; item i is col0 + i * Shape::kColStride
+  int g;         // rank group of this lane
+  int64_t col0;  // column of item 0; item i is col0 + i * Shape::kColStride
   int64_t H;
 
   CAKEMOE_DEVICE int64_t col(int i) const { return col0 + i * Shape::kColStride; }
@@ -254,8 +254,7 @@ __global__ void __launch_bounds__(kThreads, (kRank <= 16 ? 1024 : 512) / kThread
   const int tid = threadIdx.x;
   const int64_t t = blockIdx.x;
   const ExpandLanes<Shape> ln{tid % kGroups,
-                              static_cast<int64_t>(blockIdx.y) * Shape::kCols + tid / kGroups,
-                              p.H};
+                              static_cast<int64_t>(blockIdx.y) * Shape::kCols + tid / kGroups, p.H};
   const uint16_t* lora_b = static_cast<const uint16_t*>(p.lora_b);
   float acc[kItems];
 #pragma unroll

@@ -30,8 +30,8 @@ void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = p.pdl_mode != 0 ? 1 : 0;
-  CAKEMOE_CUDA_CHECK(cudaLaunchKernelEx(
-      &config, cake_expand_kernel<kFp16, kRank, kThreads, kItems, kBatch>, p));
+  CAKEMOE_CUDA_CHECK(
+      cudaLaunchKernelEx(&config, cake_expand_kernel<kFp16, kRank, kThreads, kItems, kBatch>, p));
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -156,9 +156,9 @@ __global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(Groupe
   const bool column = c < p.hidden;
   uint4 braw[kGroups];
   if (column) {
-    const uint4* brow = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
-                                                       (static_cast<int64_t>(bin) * p.hidden + c) *
-                                                           kRank);
+    const uint4* brow =
+        reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
+                                       (static_cast<int64_t>(bin) * p.hidden + c) * kRank);
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) braw[g] = brow[g];
   }
@@ -244,8 +244,8 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
     for (int base = 0; base < p.num_pairs; base += kGroupCombineThreads) {
       const int i = base + tid;
       const bool mine = i < p.num_pairs && p.sorted_token_ids[i] == t &&
-                        route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i,
-                                  p.num_tokens, p.num_loras, p.num_experts) >= 0;
+                        route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i, p.num_tokens,
+                                  p.num_loras, p.num_experts) >= 0;
       const unsigned ballot = __ballot_sync(0xFFFFFFFFu, mine);
       if (lane == 0) warp_counts[warp] = __popc(ballot);
       __syncthreads();

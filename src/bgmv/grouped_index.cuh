@@ -118,9 +118,8 @@ __global__ void __launch_bounds__(1024) group_scan_kernel(GroupedParams p) {
     const int start = w.bin_offset[b], count = w.bin_offset[b + 1] - start;
     for (int k = 0; k * kGroupTileRoutes < count; ++k) {
       w.tile_start[tile_base[j] + k] = start + k * kGroupTileRoutes;
-      w.tile_info[tile_base[j] + k] =
-          make_int4(start + k * kGroupTileRoutes, min(kGroupTileRoutes, count - k * kGroupTileRoutes),
-                    b, 0);
+      w.tile_info[tile_base[j] + k] = make_int4(
+          start + k * kGroupTileRoutes, min(kGroupTileRoutes, count - k * kGroupTileRoutes), b, 0);
     }
     for (int c = 0; c < p.hist_ctas; ++c) w.cta_base[c * bins + b] += start;
   }

@@ -25,18 +25,18 @@ struct GroupedParams {
   const int64_t* expert_ids = nullptr;
   const int64_t* lora_indices = nullptr;
   const float* topk_weights = nullptr;
-  void* shrink_out = nullptr;   ///< [P, R] weight dtype
-  float* y = nullptr;           ///< [T, H] with row stride y_row_stride
+  void* shrink_out = nullptr;  ///< [P, R] weight dtype
+  float* y = nullptr;          ///< [T, H] with row stride y_row_stride
   int64_t y_row_stride = 0;
   int32_t* workspace = nullptr;
-  float* partials = nullptr;    ///< [P, H] fp32 unweighted per-route partials
+  float* partials = nullptr;  ///< [P, H] fp32 unweighted per-route partials
   int num_tokens = 0;
   int hidden = 0;
-  int rank = 0;                 ///< 8, 16, 32 or 64
+  int rank = 0;  ///< 8, 16, 32 or 64
   int num_pairs = 0;
   int num_loras = 0;
   int num_experts = 0;
-  int splits = 1;               ///< hidden splits of the canonical shrink order (spec §3.2)
+  int splits = 1;  ///< hidden splits of the canonical shrink order (spec §3.2)
   int hist_ctas = 1;
   int max_tiles = 1;
   int fused_index = 0;  ///< 1: one-CTA index kernel
@@ -55,7 +55,7 @@ struct OrderBuildParams {
   const int64_t* lora_indices = nullptr;
   int32_t* order = nullptr;  ///< [P]
   int num_tokens = 0;
-  int num_pairs = 0;         ///< <= 4096
+  int num_pairs = 0;  ///< <= 4096
   int num_loras = 0;
   int num_experts = 0;
 };
@@ -63,14 +63,14 @@ struct OrderBuildParams {
 using OrderBuildLauncher = void (*)(const OrderBuildParams& params, void* stream);
 
 /// Grouped pipeline geometry shared by the host and the kernels.
-constexpr int kGroupTileRoutes = 16;   ///< routes per tile (one bin)
-constexpr int kGroupShrinkPart = 4;    ///< routes per grouped-shrink CTA
+constexpr int kGroupTileRoutes = 16;  ///< routes per tile (one bin)
+constexpr int kGroupShrinkPart = 4;   ///< routes per grouped-shrink CTA
 constexpr int kGroupHistThreads = 256;
 constexpr int kGroupExpandCols = 256;  ///< columns (threads) per grouped-expand CTA
 constexpr int kGroupTokenSlots = 16;
-constexpr int kGroupIndexThreads = 1024;           ///< one-CTA index kernel
-constexpr int kGroupFusedIndexMaxPairs = 16384;    ///< key[P] in its shared memory
-constexpr int kGroupIndexSmemTokens = 16384;       ///< token counts in its shared memory
+constexpr int kGroupIndexThreads = 1024;         ///< one-CTA index kernel
+constexpr int kGroupFusedIndexMaxPairs = 16384;  ///< key[P] in its shared memory
+constexpr int kGroupIndexSmemTokens = 16384;     ///< token counts in its shared memory
 constexpr int kGroupCombineThreads = 256;
 constexpr int kOrderBuildThreads = 1024;
 constexpr int kOrderBuildMaxPairs = 4096;

@@ -86,17 +86,25 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
                    (kRankTile + kGroupShrinkPart) * row_bytes, pdl, stream, p);
       break;
     default:
-      throw InvalidArgument("stage", "the grouped shrink stages 0, 1 or 2, got " +
-                                         std::to_string(p.stage));
+      throw InvalidArgument("stage",
+                            "the grouped shrink stages 0, 1 or 2, got " + std::to_string(p.stage));
   }
   switch (p.rank) {
-    case 8: launch_grouped_expand<kBf16, 8>(p, stream); break;
-    case 16: launch_grouped_expand<kBf16, 16>(p, stream); break;
-    case 32: launch_grouped_expand<kBf16, 32>(p, stream); break;
-    case 64: launch_grouped_expand<kBf16, 64>(p, stream); break;
+    case 8:
+      launch_grouped_expand<kBf16, 8>(p, stream);
+      break;
+    case 16:
+      launch_grouped_expand<kBf16, 16>(p, stream);
+      break;
+    case 32:
+      launch_grouped_expand<kBf16, 32>(p, stream);
+      break;
+    case 64:
+      launch_grouped_expand<kBf16, 64>(p, stream);
+      break;
     default:
-      throw InvalidArgument("rank", "the grouped pipeline takes rank 8, 16, 32 or 64, got " +
-                                        std::to_string(p.rank));
+      throw InvalidArgument(
+          "rank", "the grouped pipeline takes rank 8, 16, 32 or 64, got " + std::to_string(p.rank));
   }
 }
 

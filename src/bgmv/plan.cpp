@@ -46,7 +46,7 @@ constexpr int64_t kGroupFusedIndexMaxPairs = 16384;
 constexpr int64_t kGroupShrinkPartRoutes = 4;
 constexpr int64_t kGroupStageXMaxBytes = 100 * 1024;  // A + 4 x rows: H <= 4266, >= 2 CTAs/SM
 constexpr int64_t kGroupStageAMaxBytes = 112 * 1024;  // A alone: H <= 7168
-constexpr int64_t kGroupAlignPadWords = 3;  // tile_info starts 16-byte aligned
+constexpr int64_t kGroupAlignPadWords = 3;            // tile_info starts 16-byte aligned
 
 // cakemoe's SM90 grouped crossover (H200 measurements, bench/NOTES.md).
 constexpr int64_t kGroupedSm90MinPairs = 1024;
@@ -73,13 +73,11 @@ constexpr int64_t kSpecializedMaxTokens = 1024;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-bool is_generic_rank(int64_t rank) {
-  return rank == 8 || rank == 16 || rank == 32 || rank == 64;
-}
+bool is_generic_rank(int64_t rank) { return rank == 8 || rank == 16 || rank == 32 || rank == 64; }
 
 int64_t group_hist_ctas(int64_t num_pairs) {
   return std::max<int64_t>(1,
-                          std::min(kGroupHistCtasMax, ceil_div(num_pairs, kGroupHistPairsPerCta)));
+                           std::min(kGroupHistCtasMax, ceil_div(num_pairs, kGroupHistPairsPerCta)));
 }
 
 int64_t group_max_tiles(int64_t num_pairs, int64_t bins) {
@@ -90,10 +88,14 @@ int64_t group_max_tiles(int64_t num_pairs, int64_t bins) {
 
 const char* arch_name(Arch arch) {
   switch (arch) {
-    case Arch::kSm90a: return "sm90a";
-    case Arch::kSm100a: return "sm100a";
-    case Arch::kSm103a: return "sm103a";
-    case Arch::kOther: return "other";
+    case Arch::kSm90a:
+      return "sm90a";
+    case Arch::kSm100a:
+      return "sm100a";
+    case Arch::kSm103a:
+      return "sm103a";
+    case Arch::kOther:
+      return "other";
   }
   return "other";
 }
@@ -109,9 +111,12 @@ bool is_blackwell(Arch arch) { return arch == Arch::kSm100a || arch == Arch::kSm
 
 const char* variant_name(Variant variant) {
   switch (variant) {
-    case Variant::kGeneric: return "generic";
-    case Variant::kSpecialized: return "specialized";
-    case Variant::kPortable: return "portable";
+    case Variant::kGeneric:
+      return "generic";
+    case Variant::kSpecialized:
+      return "specialized";
+    case Variant::kPortable:
+      return "portable";
   }
   return "portable";
 }
@@ -126,9 +131,9 @@ ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidd
   const int64_t max_splits = num_pairs <= kSplitMaxPairs ? std::min(tiles, kSplitMax) : 1;
   const int64_t splits =
       std::min(max_splits, std::max<int64_t>(1, ceil_div(kSplitTargetCtas, ctas)));
-  const bool deep = ctas <= kDeepRingMaxCtas ||
-                    (arch != Arch::kSm90a && ctas <= kDeepRingBlackwellMaxCtas &&
-                     hidden >= kDeepRingBlackwellMinHidden);
+  const bool deep =
+      ctas <= kDeepRingMaxCtas || (arch != Arch::kSm90a && ctas <= kDeepRingBlackwellMaxCtas &&
+                                   hidden >= kDeepRingBlackwellMinHidden);
   ShrinkLaunch launch;
   launch.form = deep ? kFormPrefillDeep : kFormPrefill;
   launch.splits = static_cast<int>(splits);
@@ -269,8 +274,8 @@ RouteIndexLayout route_index_layout(int64_t num_tokens) {
   l.split_counters = l.split_partials + RouteIndexLayout::kMaxSplits *
                                             RouteIndexLayout::kMaxSplitPairs *
                                             RouteIndexLayout::kMaxSplitRank;
-  l.total_words = l.split_counters + RouteIndexLayout::kMaxSplitPairs *
-                                         (RouteIndexLayout::kMaxSplitRank / kRankTile);
+  l.total_words = l.split_counters +
+                  RouteIndexLayout::kMaxSplitPairs * (RouteIndexLayout::kMaxSplitRank / kRankTile);
   return l;
 }
 
@@ -280,8 +285,7 @@ GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_ov
   // at most 164 KB for bins <= 4096 and P <= 16384, so only P limits it.
   if (index_override >= 0) {
     core::require(index_override == 0 || num_pairs <= kGroupFusedIndexMaxPairs, "grouped_index",
-                  "the one-CTA index takes at most 16384 pairs, got " +
-                      std::to_string(num_pairs));
+                  "the one-CTA index takes at most 16384 pairs, got " + std::to_string(num_pairs));
     g.fused_index = index_override == 1;
   } else {
     g.fused_index = num_pairs <= kGroupFusedIndexMaxPairs;
@@ -315,7 +319,10 @@ std::ostream& operator<<(std::ostream& os, const PlanChoice& c) {
   }
   os << " grouped=" << c.grouped << " order_remap=" << c.order_remap << " pdl_mode=" << c.pdl_mode
      << " schedule_id=";
-  if (c.schedule_id) os << *c.schedule_id; else os << "none";
+  if (c.schedule_id)
+    os << *c.schedule_id;
+  else
+    os << "none";
   if (c.fused_decode) os << " fused_decode=1";
   if (!c.fallback_reason.empty()) os << " fallback_reason=\"" << c.fallback_reason << "\"";
   return os;
@@ -337,17 +344,17 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   ShrinkLaunch shrink = select_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch);
   const int64_t bins = p.num_loras * p.num_experts;
   const bool sm90 = p.arch == Arch::kSm90a;
-  c.grouped = p.grouped.has_value() ? *p.grouped
-              : sm90 ? select_grouped_sm90(p.num_pairs, p.num_tokens, p.num_loras, p.num_experts,
-                                           p.rank)
-                     : select_grouped(p.num_pairs, p.num_tokens, p.num_loras, p.num_experts,
-                                      p.hidden, p.rank);
+  c.grouped =
+      p.grouped.has_value() ? *p.grouped
+      : sm90
+          ? select_grouped_sm90(p.num_pairs, p.num_tokens, p.num_loras, p.num_experts, p.rank)
+          : select_grouped(p.num_pairs, p.num_tokens, p.num_loras, p.num_experts, p.hidden, p.rank);
   if (c.grouped) {
     core::require(!remap_forced, "order_remap",
                   "order_remap=true cannot be combined with the grouped pipeline");
-    core::require(bins >= 1 && bins <= kGroupBinsMax, "grouped",
-                  "the grouped pipeline needs 1..4096 (lora, expert) bins, got " +
-                      std::to_string(bins));
+    core::require(
+        bins >= 1 && bins <= kGroupBinsMax, "grouped",
+        "the grouped pipeline needs 1..4096 (lora, expert) bins, got " + std::to_string(bins));
     core::require(ceil_div(p.num_pairs, kGroupTileTokens) < kGroupedMaxTileRows, "grouped",
                   "the grouped pipeline needs ceil(num_pairs / 16) < 65536");
   } else {
@@ -357,12 +364,11 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
     c.order_remap = p.order_remap.value_or(false);
   }
   if (c.order_remap) {
-    core::require(p.num_pairs <= kRemapMaxPairs, "order_remap",
-                  "the order remap prologue handles at most 4096 pairs, got " +
-                      std::to_string(p.num_pairs));
+    core::require(
+        p.num_pairs <= kRemapMaxPairs, "order_remap",
+        "the order remap prologue handles at most 4096 pairs, got " + std::to_string(p.num_pairs));
     core::require(bins >= 1 && bins <= kGroupBinsMax, "order_remap",
-                  "the order remap needs 1..4096 (lora, expert) bins, got " +
-                      std::to_string(bins));
+                  "the order remap needs 1..4096 (lora, expert) bins, got " + std::to_string(bins));
     // NOTE: spec §6: the remap forms are two-stage; splits stay so bits match identity dispatch.
     shrink.form = kFormPrefill;
   }
@@ -377,14 +383,14 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
                   "fused_decode=true cannot be combined with the grouped pipeline or order_remap");
     core::require(fits, "fused_decode",
                   "the fused decode grid (" +
-                      std::to_string(fused_decode_ctas(p.num_tokens, p.num_pairs, p.hidden,
-                                                       p.rank, shrink.splits)) +
+                      std::to_string(fused_decode_ctas(p.num_tokens, p.num_pairs, p.hidden, p.rank,
+                                                       shrink.splits)) +
                       " CTAs) must be co-resident (" + std::to_string(p.fused_blocks_per_sm) +
                       " per SM x " + std::to_string(p.num_sms) + " SMs) with num_pairs <= 128");
     c.fused_decode = true;
   } else if (!p.fused_decode.has_value() && !c.grouped && !c.order_remap) {
-    c.fused_decode = select_fused_decode(p.num_tokens, p.num_pairs, p.hidden, p.rank,
-                                         shrink.splits, p.arch, p.num_sms, p.fused_blocks_per_sm);
+    c.fused_decode = select_fused_decode(p.num_tokens, p.num_pairs, p.hidden, p.rank, shrink.splits,
+                                         p.arch, p.num_sms, p.fused_blocks_per_sm);
   }
   return c;
 }

@@ -159,8 +159,8 @@ struct ProblemDesc {
   Arch arch = Arch::kSm90a;
   int num_sms = 132;
   bool specialized_built = false;
-  std::optional<bool> grouped;      ///< forced value, or heuristic when unset
-  std::optional<bool> order_remap;  ///< forced value, or heuristic when unset
+  std::optional<bool> grouped;       ///< forced value, or heuristic when unset
+  std::optional<bool> order_remap;   ///< forced value, or heuristic when unset
   std::optional<bool> fused_decode;  ///< forced value, or heuristic when unset
   int fused_blocks_per_sm = 0;       ///< occupancy of the fused kernel (0: not built)
 };

@@ -75,15 +75,11 @@ struct PrepareInternals {
 };
 
 /// prepare_bgmv_moe returning the implementation (tests and binding layers keep a handle on it).
-std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
-                                             const std::vector<TensorView>& lora_a_weights,
-                                             const std::vector<TensorView>& lora_b_weights,
-                                             const TensorView& sorted_token_ids,
-                                             const TensorView& expert_ids,
-                                             const TensorView& lora_indices,
-                                             const TensorView& topk_weights, int64_t num_experts,
-                                             const BgmvOptions& options,
-                                             const PrepareInternals& internals = {});
+std::shared_ptr<BgmvPlan::Impl> prepare_impl(
+    const TensorView& x, const std::vector<TensorView>& lora_a_weights,
+    const std::vector<TensorView>& lora_b_weights, const TensorView& sorted_token_ids,
+    const TensorView& expert_ids, const TensorView& lora_indices, const TensorView& topk_weights,
+    int64_t num_experts, const BgmvOptions& options, const PrepareInternals& internals = {});
 
 /// Device facts prepare needs (spec §7, §9); Unsupported("device") when `device` is not a
 /// visible CUDA device (or the build has no CUDA).

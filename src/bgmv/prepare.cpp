@@ -39,15 +39,11 @@ bool print_plan_requested() {
 
 namespace detail {
 
-std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
-                                             const std::vector<TensorView>& lora_a_weights,
-                                             const std::vector<TensorView>& lora_b_weights,
-                                             const TensorView& sorted_token_ids,
-                                             const TensorView& expert_ids,
-                                             const TensorView& lora_indices,
-                                             const TensorView& topk_weights, int64_t num_experts,
-                                             const BgmvOptions& options,
-                                             const PrepareInternals& internals) {
+std::shared_ptr<BgmvPlan::Impl> prepare_impl(
+    const TensorView& x, const std::vector<TensorView>& lora_a_weights,
+    const std::vector<TensorView>& lora_b_weights, const TensorView& sorted_token_ids,
+    const TensorView& expert_ids, const TensorView& lora_indices, const TensorView& topk_weights,
+    int64_t num_experts, const BgmvOptions& options, const PrepareInternals& internals) {
   // Rules 1-11.
   const ProblemShape s =
       validate_operands(x, lora_a_weights, lora_b_weights, sorted_token_ids, expert_ids,
@@ -103,19 +99,19 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
     if (!desc.fused_decode.has_value() && fused_decode_disabled_by_env()) {
       desc.fused_decode = false;
     }
-    desc.fused_blocks_per_sm = on_cpu ? kCpuEmulatedFusedBlocksPerSm
-                                      : detail::fused_decode_blocks_per_sm(s.dtype, s.rank,
-                                                                           s.device);
+    desc.fused_blocks_per_sm = on_cpu
+                                   ? kCpuEmulatedFusedBlocksPerSm
+                                   : detail::fused_decode_blocks_per_sm(s.dtype, s.rank, s.device);
     choice = choose_cake_plan(desc);
-    validate_int32_limits({{"x", x},
-                           {"lora_a_weights[0]", lora_a_weights[0]},
-                           {"lora_b_weights[0]", lora_b_weights[0]},
-                           {"sorted_token_ids", sorted_token_ids},
-                           {"shrink_out", options.shrink_out}},
-                          options.y_accum.defined()
-                              ? options.y_accum
-                              : TensorView(nullptr, DType::kFP32,
-                                           {s.num_tokens, s.num_slices * s.feat_out}));
+    validate_int32_limits(
+        {{"x", x},
+         {"lora_a_weights[0]", lora_a_weights[0]},
+         {"lora_b_weights[0]", lora_b_weights[0]},
+         {"sorted_token_ids", sorted_token_ids},
+         {"shrink_out", options.shrink_out}},
+        options.y_accum.defined()
+            ? options.y_accum
+            : TensorView(nullptr, DType::kFP32, {s.num_tokens, s.num_slices * s.feat_out}));
   }
   if (portable && !support.supported()) warn_fallback_once(support.reason);
 
@@ -137,8 +133,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(const TensorView& x,
   if (options.shrink_out.defined()) {
     impl->shrink_out = options.shrink_out;
   } else {
-    impl->owned_shrink_out =
-        Tensor::empty({s.num_slices, s.num_pairs, s.rank}, s.dtype, s.device);
+    impl->owned_shrink_out = Tensor::empty({s.num_slices, s.num_pairs, s.rank}, s.dtype, s.device);
     impl->shrink_out = impl->owned_shrink_out.view();
   }
   if (options.y_accum.defined()) {

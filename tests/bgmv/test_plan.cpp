@@ -55,8 +55,8 @@ TEST(BgmvPlanSelectors, PdlModeSpecExamples) {
   EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 512, 736, Arch::kSm90a, 132), 0);
   EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 128, 1472, Arch::kSm100a, 148), 2);
   // H200: early while T * ceil(H / 128) <= 1584.
-  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 66, 3072, Arch::kSm90a, 132), 1);   // 1584
-  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 67, 3072, Arch::kSm90a, 132), 0);   // 1608
+  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 66, 3072, Arch::kSm90a, 132), 1);  // 1584
+  EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 67, 3072, Arch::kSm90a, 132), 0);  // 1608
   EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 8, 3072, Arch::kSm100a, 148), 1);
   EXPECT_EQ(select_pdl_mode(Variant::kSpecialized, 8, 3072, Arch::kSm100a, 148), 0);
   EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 8, 3072, Arch::kOther, 100), 0);
@@ -166,10 +166,10 @@ TEST(BgmvPlanSupport, ReasonsInSpecOrder) {
 TEST(BgmvPlanWorkspaces, GroupedGeometry) {
   const GroupedGeometry a = grouped_geometry(2048, 3072);
   EXPECT_TRUE(a.fused_index);
-  EXPECT_EQ(a.stage, 2);                                  // (8 + 4) x 3072 x 2 = 72 KB
-  EXPECT_EQ(grouped_geometry(64, 4264).stage, 2);        // 99.9 KB
-  EXPECT_EQ(grouped_geometry(64, 4272).stage, 1);        // A alone: 66.8 KB
-  EXPECT_EQ(grouped_geometry(64, 7168).stage, 1);        // 112 KB
+  EXPECT_EQ(a.stage, 2);                           // (8 + 4) x 3072 x 2 = 72 KB
+  EXPECT_EQ(grouped_geometry(64, 4264).stage, 2);  // 99.9 KB
+  EXPECT_EQ(grouped_geometry(64, 4272).stage, 1);  // A alone: 66.8 KB
+  EXPECT_EQ(grouped_geometry(64, 7168).stage, 1);  // 112 KB
   EXPECT_EQ(grouped_geometry(64, 7176).stage, 0);
   EXPECT_TRUE(grouped_geometry(16384, 3072).fused_index);
   EXPECT_FALSE(grouped_geometry(16385, 3072).fused_index);
@@ -249,12 +249,12 @@ TEST(BgmvPlanChoice, CakeChoices) {
 // H200 crossovers (bench/results/2026-11-29_*_bgmv-variants.md).
 TEST(BgmvPlanChoice, GroupedSm90Crossover) {
   EXPECT_FALSE(select_grouped_sm90(1023, 512, 8, 128, 32));
-  EXPECT_TRUE(select_grouped_sm90(1024, 512, 8, 128, 32));   // T 512 k 2
-  EXPECT_FALSE(select_grouped_sm90(1024, 128, 8, 128, 32));  // T 128 k 8: per-route
-  EXPECT_TRUE(select_grouped_sm90(1536, 256, 8, 128, 16));   // T 256 k 6
-  EXPECT_FALSE(select_grouped_sm90(1024, 512, 8, 128, 64));  // rank 64 T 512 k 2
-  EXPECT_FALSE(select_grouped_sm90(2048, 256, 8, 128, 64));  // rank 64 T 256 k 8
-  EXPECT_TRUE(select_grouped_sm90(2048, 1024, 8, 128, 64));  // rank 64 T 1024 k 2
+  EXPECT_TRUE(select_grouped_sm90(1024, 512, 8, 128, 32));     // T 512 k 2
+  EXPECT_FALSE(select_grouped_sm90(1024, 128, 8, 128, 32));    // T 128 k 8: per-route
+  EXPECT_TRUE(select_grouped_sm90(1536, 256, 8, 128, 16));     // T 256 k 6
+  EXPECT_FALSE(select_grouped_sm90(1024, 512, 8, 128, 64));    // rank 64 T 512 k 2
+  EXPECT_FALSE(select_grouped_sm90(2048, 256, 8, 128, 64));    // rank 64 T 256 k 8
+  EXPECT_TRUE(select_grouped_sm90(2048, 1024, 8, 128, 64));    // rank 64 T 1024 k 2
   EXPECT_FALSE(select_grouped_sm90(8192, 4096, 64, 128, 32));  // 8192 bins
   EXPECT_FALSE(select_grouped_sm90(16 * 65536, 1 << 19, 8, 128, 32));
 }

@@ -47,7 +47,7 @@ TEST(BgmvPlanFusedDecode, FitsNeedsOccupancyAndAtMost128Pairs) {
   EXPECT_TRUE(fused_decode_fits(8, 64, 3072, 32, 1, kH200Sms, kBlocksPerSm));   // 448 <= 660
   EXPECT_FALSE(fused_decode_fits(8, 64, 3072, 64, 1, kH200Sms, kBlocksPerSm));  // 704 > 660
   EXPECT_TRUE(fused_decode_fits(8, 64, 3072, 64, 1, kH200Sms, 6));              // 704 <= 792
-  EXPECT_FALSE(fused_decode_fits(1, 2, 3072, 32, 3, kH200Sms, 0));  // no kernel built
+  EXPECT_FALSE(fused_decode_fits(1, 2, 3072, 32, 3, kH200Sms, 0));              // no kernel built
   EXPECT_FALSE(fused_decode_fits(1, 129, 1024, 8, 1, kH200Sms, kBlocksPerSm));
   EXPECT_TRUE(fused_decode_fits(1, 128, 1024, 8, 1, kH200Sms, kBlocksPerSm));
 }
@@ -128,9 +128,9 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
   for (const std::optional<bool> forced : {std::optional<bool>(), std::optional<bool>(false)}) {
     BgmvOptions o;
     o.fused_decode = forced;
-    BgmvPlan plan = prepare_bgmv_moe(c.x_view(), c.a_views(), c.b_views(), c.sorted_view(),
-                                     c.experts_view(), c.lora_view(), c.weights_view(),
-                                     spec.experts, o);
+    BgmvPlan plan =
+        prepare_bgmv_moe(c.x_view(), c.a_views(), c.b_views(), c.sorted_view(), c.experts_view(),
+                         c.lora_view(), c.weights_view(), spec.experts, o);
     EXPECT_EQ(plan.fused_decode(), !forced.has_value());
     EXPECT_EQ(plan.shrink_launch()->splits, 2);  // P 8, R 32, H 2048: min(2, ceil(128 / 32))
     for (int i = 0; i < 3; ++i) plan.run(nullptr);
@@ -145,8 +145,8 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
   const auto prepare = [&](std::optional<bool> forced) {
     BgmvOptions o;
     o.fused_decode = forced;
-    return prepare_bgmv_moe(c.x_view(), c.a_views(), c.b_views(), c.sorted_view(),
-                            c.experts_view(), c.lora_view(), c.weights_view(), spec.experts, o);
+    return prepare_bgmv_moe(c.x_view(), c.a_views(), c.b_views(), c.sorted_view(), c.experts_view(),
+                            c.lora_view(), c.weights_view(), spec.experts, o);
   };
   const bool env_default = prepare(std::nullopt).fused_decode();
   const bool env_forced = prepare(true).fused_decode();

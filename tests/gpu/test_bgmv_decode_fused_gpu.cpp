@@ -45,8 +45,8 @@ std::string describe(const Case& c) {
 bool fused_fits(const Case& c, int splits) {
   const int blocks =
       bgmv::detail::fused_decode_blocks_per_sm(c.spec.dtype, c.spec.rank, Device::cuda(0));
-  return bgmv::fused_decode_fits(c.spec.tokens, c.num_pairs(), c.spec.hidden, c.spec.rank,
-                                 splits, core::cuda_sm_count(0), blocks);
+  return bgmv::fused_decode_fits(c.spec.tokens, c.num_pairs(), c.spec.hidden, c.spec.rank, splits,
+                                 core::cuda_sm_count(0), blocks);
 }
 
 /// A forced fused plan, `replays` poisoned runs, each bitwise equal (y and shrink_out) to the CPU
@@ -94,10 +94,10 @@ TEST(BgmvDecodeFusedGpu, MatrixBitwiseVsCpuAndTwoKernel) {
     for (int64_t k : {1, 2, 6, 8}) {
       for (int64_t r : {8, 16, 32, 64}) {
         const DType dtype = (index++ % 2 == 0) ? DType::kBF16 : DType::kFP16;
-        const PairOrder order = t > 1 && index % 3 == 0 ? PairOrder::kSlotMajor
-                                                        : PairOrder::kTokenMajor;
-        GpuCase g(bgmv_test::make_case(
-            fused_spec(dtype, r == 64 ? 2048 : 3072, r, t, k, order, ++seed)));
+        const PairOrder order =
+            t > 1 && index % 3 == 0 ? PairOrder::kSlotMajor : PairOrder::kTokenMajor;
+        GpuCase g(
+            bgmv_test::make_case(fused_spec(dtype, r == 64 ? 2048 : 3072, r, t, k, order, ++seed)));
         check_fused(g, 8, describe(g.host));
       }
     }
@@ -121,8 +121,8 @@ TEST(BgmvDecodeFusedGpu, TailsUnevenSplitsExpertSorted) {
                       {8, 8, 5, 2, DType::kFP16, PairOrder::kSlotMajor}};
   uint64_t seed = 950;
   for (const Row& row : rows) {
-    GpuCase g(bgmv_test::make_case(
-        fused_spec(row.dtype, row.h, row.r, row.t, row.k, row.order, ++seed)));
+    GpuCase g(
+        bgmv_test::make_case(fused_spec(row.dtype, row.h, row.r, row.t, row.k, row.order, ++seed)));
     check_fused(g, 8, describe(g.host));
   }
 }
@@ -144,8 +144,8 @@ TEST(BgmvDecodeFusedGpu, PaddingNoLoraExtraRoutesAndMaxPairs) {
     check_fused(padded, 8, "padding/no-LoRA/extra " + describe(c));
 
     // Every token without LoRA: y = 0 and shrink_out = 0 everywhere (the CPU says so too).
-    Case none = bgmv_test::make_case(fused_spec(dtype, 1024, 16, 4, 2, PairOrder::kTokenMajor,
-                                                971));
+    Case none =
+        bgmv_test::make_case(fused_spec(dtype, 1024, 16, 4, 2, PairOrder::kTokenMajor, 971));
     for (int64_t& l : none.lora_indices) l = -1;
     GpuCase g_none(none);
     BgmvOptions o;
@@ -158,8 +158,8 @@ TEST(BgmvDecodeFusedGpu, PaddingNoLoraExtraRoutesAndMaxPairs) {
     }
 
     // P = 128 (8 tokens x 16 routes) at rank 8: the scan's hard limit.
-    GpuCase wide(bgmv_test::make_case(fused_spec(dtype, 1024, 8, 8, 16, PairOrder::kSlotMajor,
-                                                 972)));
+    GpuCase wide(
+        bgmv_test::make_case(fused_spec(dtype, 1024, 8, 8, 16, PairOrder::kSlotMajor, 972)));
     check_fused(wide, 8, "P=128 " + describe(wide.host));
   }
 }
@@ -216,8 +216,7 @@ TEST(BgmvDecodeFusedGpu, RoutesChangeBetweenReplays) {
     cpu.run(nullptr);
     ASSERT_TRUE(bitwise_equal(fetch_y(fused.y_accum()), fetch_y(cpu.y_accum()), s.hidden))
         << "step " << step;
-    ASSERT_TRUE(bitwise_equal(fetch_u16(fused.shrink_out()), fetch_u16(cpu.shrink_out()),
-                              s.rank))
+    ASSERT_TRUE(bitwise_equal(fetch_u16(fused.shrink_out()), fetch_u16(cpu.shrink_out()), s.rank))
         << "step " << step;
   }
 }
@@ -226,8 +225,8 @@ TEST(BgmvDecodeFusedGpu, RoutesChangeBetweenReplays) {
 // parity of the last run) and leaves its counters at 0 (self-reset, replayable graph).
 TEST(BgmvDecodeFusedGpu, RouteIndexHeaderAndCountersAfterRuns) {
   CAKEMOE_REQUIRE_GPU();
-  GpuCase g(bgmv_test::make_case(
-      fused_spec(DType::kFP16, 3072, 16, 2, 2, PairOrder::kTokenMajor, 995)));
+  GpuCase g(
+      bgmv_test::make_case(fused_spec(DType::kFP16, 3072, 16, 2, 2, PairOrder::kTokenMajor, 995)));
   BgmvOptions o;
   o.fused_decode = true;
   BgmvPlan plan = g.prepare_gpu(o);
@@ -246,8 +245,8 @@ TEST(BgmvDecodeFusedGpu, RouteIndexHeaderAndCountersAfterRuns) {
 // replays bitwise; the plan's own graph still replays afterwards.
 TEST(BgmvDecodeFusedGpu, OuterCaptureReplays) {
   CAKEMOE_REQUIRE_GPU();
-  GpuCase g(bgmv_test::make_case(
-      fused_spec(DType::kBF16, 3072, 32, 1, 2, PairOrder::kTokenMajor, 996)));
+  GpuCase g(
+      bgmv_test::make_case(fused_spec(DType::kBF16, 3072, 32, 1, 2, PairOrder::kTokenMajor, 996)));
   cudaStream_t s = nullptr;
   CAKEMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   BgmvOptions o;
@@ -284,11 +283,11 @@ TEST(BgmvDecodeFusedGpu, OuterCaptureReplays) {
 TEST(BgmvDecodeFusedGpu, DefaultChoiceOnSm90) {
   CAKEMOE_REQUIRE_GPU();
   if (core::cuda_capability(0) != 90) GTEST_SKIP() << "the heuristic picks the fused path on SM90";
-  GpuCase tiny(bgmv_test::make_case(
-      fused_spec(DType::kBF16, 3072, 32, 1, 2, PairOrder::kTokenMajor, 997)));
+  GpuCase tiny(
+      bgmv_test::make_case(fused_spec(DType::kBF16, 3072, 32, 1, 2, PairOrder::kTokenMajor, 997)));
   EXPECT_TRUE(tiny.prepare_gpu().fused_decode());
-  GpuCase larger(bgmv_test::make_case(
-      fused_spec(DType::kBF16, 3072, 32, 16, 2, PairOrder::kTokenMajor, 998)));
+  GpuCase larger(
+      bgmv_test::make_case(fused_spec(DType::kBF16, 3072, 32, 16, 2, PairOrder::kTokenMajor, 998)));
   EXPECT_FALSE(larger.prepare_gpu().fused_decode());
 }
 

@@ -36,9 +36,9 @@ CaseSpec grouped_spec(const GroupedRow& row, uint64_t seed) {
 }
 
 std::string label_of(const CaseSpec& s, int index) {
-  return "H=" + std::to_string(s.hidden) + " R=" + std::to_string(s.rank) + " T=" +
-         std::to_string(s.tokens) + " k=" + std::to_string(s.top_k) + " L=" +
-         std::to_string(s.loras) + " E=" + std::to_string(s.experts) + " " +
+  return "H=" + std::to_string(s.hidden) + " R=" + std::to_string(s.rank) +
+         " T=" + std::to_string(s.tokens) + " k=" + std::to_string(s.top_k) +
+         " L=" + std::to_string(s.loras) + " E=" + std::to_string(s.experts) + " " +
          dtype_name(s.dtype) + " order=" + std::to_string(static_cast<int>(s.order)) +
          " index=" + std::to_string(index);
 }
@@ -48,9 +48,9 @@ BgmvPlan prepare_grouped(const GpuCase& g, int index) {
   o.grouped = true;
   bgmv::detail::PrepareInternals internals;
   internals.grouped_index = index;
-  return BgmvPlan(bgmv::detail::prepare_impl(g.x, g.views(g.a), g.views(g.b), g.sorted,
-                                             g.experts, g.loras, g.weights, g.host.spec.experts,
-                                             o, internals));
+  return BgmvPlan(bgmv::detail::prepare_impl(g.x, g.views(g.a), g.views(g.b), g.sorted, g.experts,
+                                             g.loras, g.weights, g.host.spec.experts, o,
+                                             internals));
 }
 
 /// Each index form of `row` against the CPU grouped order.

@@ -35,15 +35,16 @@ std::vector<double> compact_y(const std::vector<float>& y, int64_t rows, int64_t
 /// Launches `runs` more times (after `done` earlier runs on the same route index) and checks every
 /// run against the canonical reference, bitwise, the first also against the fp64 oracle within
 /// 1e-2; then the route index header and the self-reset split counters.
-void check_runs(CakeRun& run, const bgmv_test::Case& c, const LaunchConfig& cfg, int runs,
-                int done, const char* label) {
+void check_runs(CakeRun& run, const bgmv_test::Case& c, const LaunchConfig& cfg, int runs, int done,
+                const char* label) {
   SCOPED_TRACE(label);
   const CakeParams& p = run.params();
-  SCOPED_TRACE("T=" + std::to_string(p.T) + " H=" + std::to_string(p.H) + " R=" +
-               std::to_string(p.R) + " P=" + std::to_string(p.P) + " dtype=" +
-               std::to_string(p.dtype) + " form=" + std::to_string(p.form) + " splits=" +
-               std::to_string(p.splits) + " schedule=" + std::to_string(p.schedule_id) +
-               " pdl=" + std::to_string(p.pdl_mode) + " remap=" + std::to_string(cfg.remap));
+  SCOPED_TRACE("T=" + std::to_string(p.T) + " H=" + std::to_string(p.H) +
+               " R=" + std::to_string(p.R) + " P=" + std::to_string(p.P) +
+               " dtype=" + std::to_string(p.dtype) + " form=" + std::to_string(p.form) +
+               " splits=" + std::to_string(p.splits) +
+               " schedule=" + std::to_string(p.schedule_id) + " pdl=" + std::to_string(p.pdl_mode) +
+               " remap=" + std::to_string(cfg.remap));
   const Expected want = expected(c, p.splits, run.stride(), kCanary);
   for (int i = 0; i < runs; ++i) {
     SCOPED_TRACE("run " + std::to_string(done + i));
@@ -169,25 +170,24 @@ TEST_P(BgmvGenericMatrix, BitwiseEqualToReferenceOverEightRuns) {
   check_runs(run, c, LaunchConfig{}, 2, 8, "x scaled by 0.5");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Spec11_2, BgmvGenericMatrix,
-    ::testing::Values(MatrixCase{3072, 16, 8, DType::kBF16, false, 2},
-                      MatrixCase{3072, 8, 40, DType::kFP16, false, 2},
-                      MatrixCase{3072, 64, 4, DType::kBF16, true, 2},
-                      MatrixCase{2048, 32, 32, DType::kFP16, false, 2},
-                      MatrixCase{736, 32, 16, DType::kBF16, false, 2},
-                      MatrixCase{1344, 32, 512, DType::kBF16, false, 2},
-                      MatrixCase{2880, 32, 1, DType::kFP16, false, 2},
-                      MatrixCase{2112, 64, 300, DType::kBF16, true, 2},
-                      MatrixCase{1472, 8, 64, DType::kFP16, true, 2},
-                      MatrixCase{4096, 32, 8, DType::kBF16, true, 4},
-                      MatrixCase{1856, 16, 96, DType::kFP16, true, 8},
-                      MatrixCase{2048, 8, 24, DType::kBF16, true, 20},
-                      MatrixCase{7168, 64, 16, DType::kFP16, false, 2},
-                      MatrixCase{7168, 8, 4, DType::kBF16, true, 2},
-                      MatrixCase{5888, 32, 4, DType::kBF16, false, 2},
-                      MatrixCase{4096, 32, 16, DType::kFP16, true, 2}),
-    matrix_name);
+INSTANTIATE_TEST_SUITE_P(Spec11_2, BgmvGenericMatrix,
+                         ::testing::Values(MatrixCase{3072, 16, 8, DType::kBF16, false, 2},
+                                           MatrixCase{3072, 8, 40, DType::kFP16, false, 2},
+                                           MatrixCase{3072, 64, 4, DType::kBF16, true, 2},
+                                           MatrixCase{2048, 32, 32, DType::kFP16, false, 2},
+                                           MatrixCase{736, 32, 16, DType::kBF16, false, 2},
+                                           MatrixCase{1344, 32, 512, DType::kBF16, false, 2},
+                                           MatrixCase{2880, 32, 1, DType::kFP16, false, 2},
+                                           MatrixCase{2112, 64, 300, DType::kBF16, true, 2},
+                                           MatrixCase{1472, 8, 64, DType::kFP16, true, 2},
+                                           MatrixCase{4096, 32, 8, DType::kBF16, true, 4},
+                                           MatrixCase{1856, 16, 96, DType::kFP16, true, 8},
+                                           MatrixCase{2048, 8, 24, DType::kBF16, true, 20},
+                                           MatrixCase{7168, 64, 16, DType::kFP16, false, 2},
+                                           MatrixCase{7168, 8, 4, DType::kBF16, true, 2},
+                                           MatrixCase{5888, 32, 4, DType::kBF16, false, 2},
+                                           MatrixCase{4096, 32, 16, DType::kFP16, true, 2}),
+                         matrix_name);
 
 // ---- Launch variants ----------------------------------------------------------------------------
 
@@ -281,8 +281,7 @@ TEST(BgmvKernelsGpu, CapturedGraphReplaysAreBitwiseExact) {
       CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, run.stream()));
       run.sync();
       ASSERT_TRUE(same_u16(run.shrink_out(), want.shrink, spec.rank, spec.dtype, "shrink_out"));
-      ASSERT_TRUE(same_rows(run.y(), want.y, spec.tokens, spec.hidden, run.stride(), kCanary,
-                            "y"));
+      ASSERT_TRUE(same_rows(run.y(), want.y, spec.tokens, spec.hidden, run.stride(), kCanary, "y"));
     }
     EXPECT_EQ(run.route_words()[0], 8u) << "launch counter after 8 replays";
     cudaGraphExecDestroy(exec);
@@ -303,10 +302,10 @@ TEST(BgmvKernelsGpu, PaddingPairsNoLoraTokensAndExtraRoutes) {
   ASSERT_EQ(c.lora_indices[0], -1);
   int64_t t = 1;
   while (c.lora_indices[t] < 0) ++t;
-  c.add_pair(-1, 0, 0.0f);               // padding below
+  c.add_pair(-1, 0, 0.0f);                    // padding below
   c.add_pair(t, c.expert_ids[2 * t], 0.25f);  // an extra route for a LoRA token
-  c.add_pair(spec.tokens, 0, 0.0f);      // padding above
-  c.add_pair(0, 0, 0.25f);               // an extra route for the no-LoRA token 0
+  c.add_pair(spec.tokens, 0, 0.0f);           // padding above
+  c.add_pair(0, 0, 0.25f);                    // an extra route for the no-LoRA token 0
   check_cake(c, LaunchConfig{}, 8, "padding + extra routes");
 }
 
@@ -464,8 +463,7 @@ TEST(BgmvKernelsGpu, PortableSpecFallbackShapes) {
 // ---- Lane-cooperative expand (R/8 lanes per column, batched routes, pre-wait route scan) -------
 
 /// One Cake problem over several forced expand schedules and PDL modes (fresh route index each).
-void check_expand_variants(const CaseSpec& spec, bgmv_test::Case& c, int runs,
-                           const char* label) {
+void check_expand_variants(const CaseSpec& spec, bgmv_test::Case& c, int runs, const char* label) {
   for (int schedule : {0, 1}) {
     for (int pdl : {0, 1, 2}) {
       LaunchConfig cfg;
@@ -494,11 +492,11 @@ TEST(BgmvKernelsGpu, ExpandLaneLayoutLargeTopKSmallTokens) {
       {3000, 64, 8, 6, DType::kBF16, PairOrder::kTokenMajor},
       {1000, 64, 9, 8, DType::kBF16, PairOrder::kSlotMajor},
       {3072, 64, 16, 6, DType::kFP16, PairOrder::kExpertSorted},
-      {2048, 64, 32, 8, DType::kBF16, PairOrder::kSlotMajor},   // P 256: the scan limit
+      {2048, 64, 32, 8, DType::kBF16, PairOrder::kSlotMajor},  // P 256: the scan limit
       {3000, 32, 1, 6, DType::kFP16, PairOrder::kTokenMajor},
       {3072, 32, 5, 8, DType::kBF16, PairOrder::kExpertSorted},
       {3000, 32, 24, 8, DType::kFP16, PairOrder::kSlotMajor},
-      {3000, 16, 7, 7, DType::kBF16, PairOrder::kSlotMajor},    // k odd: a partial batch
+      {3000, 16, 7, 7, DType::kBF16, PairOrder::kSlotMajor},  // k odd: a partial batch
       {1000, 8, 6, 5, DType::kFP16, PairOrder::kExpertSorted},
   };
   for (const Row& r : rows) {
@@ -512,8 +510,8 @@ TEST(BgmvKernelsGpu, ExpandLaneLayoutLargeTopKSmallTokens) {
     spec.order = r.order;
     spec.seed = static_cast<uint64_t>(r.hidden + 17 * r.rank + 5 * r.tokens + r.top_k);
     bgmv_test::Case c = bgmv_test::make_case(spec);
-    SCOPED_TRACE("H=" + std::to_string(r.hidden) + " R=" + std::to_string(r.rank) + " T=" +
-                 std::to_string(r.tokens));
+    SCOPED_TRACE("H=" + std::to_string(r.hidden) + " R=" + std::to_string(r.rank) +
+                 " T=" + std::to_string(r.tokens));
     check_expand_variants(spec, c, 2, "lane layout");
     if (HasFatalFailure()) return;
   }

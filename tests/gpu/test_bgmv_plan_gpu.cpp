@@ -85,19 +85,18 @@ TEST(BgmvPlanGpu, GenericMatrixBitwiseVsCpu) {
   };
   const DType bf = DType::kBF16, fp = DType::kFP16;
   // spec §11.2 generic matrix.
-  const Row rows[] = {{3072, 16, 8, bf, false, 2},  {3072, 8, 40, fp, false, 2},
-                      {3072, 64, 4, bf, true, 2},   {2048, 32, 32, fp, false, 2},
-                      {736, 32, 16, bf, false, 2},  {1344, 32, 512, bf, false, 2},
-                      {2880, 32, 1, fp, false, 2},  {2112, 64, 300, bf, true, 2},
-                      {1472, 8, 64, fp, true, 2},   {4096, 32, 8, bf, true, 4},
-                      {1856, 16, 96, fp, true, 8},  {2048, 8, 24, bf, true, 20},
-                      {7168, 64, 16, fp, false, 2}, {7168, 8, 4, bf, true, 2},
-                      {5888, 32, 4, bf, false, 2},  {4096, 32, 16, fp, true, 2}};
+  const Row rows[] = {
+      {3072, 16, 8, bf, false, 2},  {3072, 8, 40, fp, false, 2},  {3072, 64, 4, bf, true, 2},
+      {2048, 32, 32, fp, false, 2}, {736, 32, 16, bf, false, 2},  {1344, 32, 512, bf, false, 2},
+      {2880, 32, 1, fp, false, 2},  {2112, 64, 300, bf, true, 2}, {1472, 8, 64, fp, true, 2},
+      {4096, 32, 8, bf, true, 4},   {1856, 16, 96, fp, true, 8},  {2048, 8, 24, bf, true, 20},
+      {7168, 64, 16, fp, false, 2}, {7168, 8, 4, bf, true, 2},    {5888, 32, 4, bf, false, 2},
+      {4096, 32, 16, fp, true, 2}};
   uint64_t seed = 100;
   for (const Row& row : rows) {
-    const CaseSpec s = spec_of(row.h, row.r, row.t, row.dtype,
-                               row.arbitrary ? PairOrder::kSlotMajor : PairOrder::kTokenMajor,
-                               row.k, ++seed);
+    const CaseSpec s =
+        spec_of(row.h, row.r, row.t, row.dtype,
+                row.arbitrary ? PairOrder::kSlotMajor : PairOrder::kTokenMajor, row.k, ++seed);
     GpuCase g(bgmv_test::make_case(s));
     check_against_cpu(g, BgmvOptions(), 3, describe(s));
   }
@@ -110,13 +109,15 @@ TEST(BgmvPlanGpu, ExpertSortedBitwiseVsCpu) {
     DType dtype;
     int64_t k;
   };
-  const Row rows[] = {{3072, 4, DType::kBF16, 2},    {3072, 1024, DType::kBF16, 2},
-                      {2688, 1024, DType::kFP16, 2}, {2048, 512, DType::kFP16, 2},
+  const Row rows[] = {{3072, 4, DType::kBF16, 2},
+                      {3072, 1024, DType::kBF16, 2},
+                      {2688, 1024, DType::kFP16, 2},
+                      {2048, 512, DType::kFP16, 2},
                       {1344, 64, DType::kBF16, 4}};
   uint64_t seed = 200;
   for (const Row& row : rows) {
-    const CaseSpec s = spec_of(row.h, 32, row.t, row.dtype, PairOrder::kExpertSorted, row.k,
-                               ++seed);
+    const CaseSpec s =
+        spec_of(row.h, 32, row.t, row.dtype, PairOrder::kExpertSorted, row.k, ++seed);
     GpuCase g(bgmv_test::make_case(s));
     check_against_cpu(g, BgmvOptions(), 3, describe(s));
   }
@@ -198,11 +199,10 @@ TEST(BgmvPlanGpu, GroupedMatchesPerRoute) {
     ASSERT_FALSE(per_route.grouped());
     grouped.run(nullptr);
     per_route.run(nullptr);
-    EXPECT_TRUE(bitwise_equal(fetch_u16(grouped.shrink_out()), fetch_u16(per_route.shrink_out()),
-                              row.r))
+    EXPECT_TRUE(
+        bitwise_equal(fetch_u16(grouped.shrink_out()), fetch_u16(per_route.shrink_out()), row.r))
         << describe(s);
-    EXPECT_TRUE(allclose(fetch_y(grouped.y_accum()), fetch_y(per_route.y_accum()), 1e-5,
-                               row.h))
+    EXPECT_TRUE(allclose(fetch_y(grouped.y_accum()), fetch_y(per_route.y_accum()), 1e-5, row.h))
         << describe(s);
   }
 }
@@ -229,16 +229,16 @@ TEST(BgmvPlanGpu, OrderRemapBitwiseIdentity) {
     off.order_remap = false;
     on.grouped = false;  // the remap applies to the per-route pipeline only
     off.grouped = false;
-    auto remap = bgmv::detail::prepare_impl(g.x, g.views(g.a), g.views(g.b), g.sorted,
-                                            g.experts, g.loras, g.weights, s.experts, on);
+    auto remap = bgmv::detail::prepare_impl(g.x, g.views(g.a), g.views(g.b), g.sorted, g.experts,
+                                            g.loras, g.weights, s.experts, on);
     BgmvPlan identity = g.prepare_gpu(off);
     ASSERT_TRUE(remap->choice.order_remap);
     remap->run(nullptr);
     identity.run(nullptr);
     EXPECT_TRUE(bitwise_equal(fetch_y(remap->y_accum), fetch_y(identity.y_accum()), row.h))
         << describe(s);
-    EXPECT_TRUE(bitwise_equal(fetch_u16(remap->shrink_out), fetch_u16(identity.shrink_out()),
-                              row.r))
+    EXPECT_TRUE(
+        bitwise_equal(fetch_u16(remap->shrink_out), fetch_u16(identity.shrink_out()), row.r))
         << describe(s);
     core::cuda_stream_sync(nullptr);
     const Tensor order = gpu_testbed::to_host(remap->order_workspace);
