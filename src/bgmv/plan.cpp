@@ -4,6 +4,8 @@
 #include <ostream>
 #include <sstream>
 
+#include "bgmv/decode_fused_launch.h"
+#include "bgmv/grouped_launch.h"
 #include "core/check.h"
 
 namespace cakemoe {
@@ -28,7 +30,6 @@ constexpr int64_t kPdlSmallPerSmHopper = 12;
 constexpr int64_t kPdlSmallPerSmBlackwell = 8;
 
 // spec §5 grouped pipeline.
-constexpr int64_t kGroupTileTokens = 16;
 constexpr int64_t kGroupBinsMax = 4096;
 constexpr int64_t kGroupHeaderWords = 4;
 constexpr int64_t kGroupHistPairsPerCta = 256 * 4;
@@ -41,9 +42,7 @@ constexpr int64_t kGroupedMinWeightElems = 12288;
 // (8192, 768, rank 8) -> False needs the 16384 floor; see docs/decisions/bgmv.md.
 constexpr int64_t kGroupedMinWeightElemsSub16 = 16384;
 constexpr int64_t kGroupedMaxTileRows = 65536;
-// Grouped GPU geometry (grouped_launch.h has the same limits for the kernels).
-constexpr int64_t kGroupFusedIndexMaxPairs = 16384;
-constexpr int64_t kGroupShrinkPartRoutes = 4;
+// Grouped GPU geometry (kernel limits from grouped_launch.h).
 constexpr int64_t kGroupStageXMaxBytes = 100 * 1024;  // A + 4 x rows: H <= 4266, >= 2 CTAs/SM
 constexpr int64_t kGroupStageAMaxBytes = 112 * 1024;  // A alone: H <= 7168
 constexpr int64_t kGroupAlignPadWords = 3;            // tile_info starts 16-byte aligned
@@ -56,13 +55,10 @@ constexpr int64_t kGroupedSm90MinTokensRank64 = 512;
 
 // spec §6 order remap.
 constexpr int64_t kRemapMinPairs = 1024;
-constexpr int64_t kRemapMaxPairs = 1024 * 4;
 constexpr int64_t kRemapMinWeightBytes = 220ll * 1024 * 1024;
 constexpr int64_t kRemapRank64MinHidden = 4096;
 
-// Fused decode path (decode_fused_launch.h has the same geometry for the kernel).
-constexpr int64_t kFusedCols = 128;
-constexpr int64_t kFusedMaxPairs = 128;
+// Fused decode heuristic (kernel geometry from decode_fused_launch.h).
 constexpr int64_t kFusedAutoMaxTokens = 8;
 constexpr int64_t kFusedAutoMaxPairs = 64;
 
@@ -81,7 +77,7 @@ int64_t group_hist_ctas(int64_t num_pairs) {
 }
 
 int64_t group_max_tiles(int64_t num_pairs, int64_t bins) {
-  return ceil_div(num_pairs, kGroupTileTokens) + bins;
+  return ceil_div(num_pairs, kGroupTileRoutes) + bins;
 }
 
 }  // namespace
@@ -180,7 +176,7 @@ bool select_grouped(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_loras
   if (rank < 64 && num_pairs < kGroupedMinPairsSub64) return false;
   const int64_t min_elems = rank >= 16 ? kGroupedMinWeightElems : kGroupedMinWeightElemsSub16;
   if (hidden * rank < min_elems) return false;
-  if (ceil_div(num_pairs, kGroupTileTokens) >= kGroupedMaxTileRows) return false;
+  if (ceil_div(num_pairs, kGroupTileRoutes) >= kGroupedMaxTileRows) return false;
   return group_max_tiles(num_pairs, bins) < (int64_t{1} << 31);
 }
 
@@ -188,7 +184,7 @@ bool select_grouped_sm90(int64_t num_pairs, int64_t num_tokens, int64_t num_lora
                          int64_t num_experts, int64_t rank) {
   const int64_t bins = num_loras * num_experts;
   if (bins <= 0 || bins > kGroupBinsMax) return false;
-  if (ceil_div(num_pairs, kGroupTileTokens) >= kGroupedMaxTileRows) return false;
+  if (ceil_div(num_pairs, kGroupTileRoutes) >= kGroupedMaxTileRows) return false;
   // Per-route wins at few tokens with many routes each (its token-owned expand batches a
   // token's routes); grouped wins once bins repeat enough.
   if (rank >= 64) {
@@ -202,7 +198,7 @@ bool select_order_remap(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_l
   if (arch != Arch::kSm90a) return false;  // Blackwell's L2 serves repeats in any order
   const int64_t bins = num_loras * num_experts;
   if (bins <= 0 || bins > kGroupBinsMax) return false;
-  if (num_pairs < kRemapMinPairs || num_pairs > kRemapMaxPairs) return false;
+  if (num_pairs < kRemapMinPairs || num_pairs > kOrderBuildMaxPairs) return false;
   if (rank >= 64 && hidden < kRemapRank64MinHidden) return false;
   if (select_generic_shrink(num_pairs, rank, hidden, arch).form == kFormPrefillDeep) return false;
   return num_pairs * hidden * rank * 2 >= kRemapMinWeightBytes;
@@ -291,7 +287,7 @@ GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_ov
     g.fused_index = num_pairs <= kGroupFusedIndexMaxPairs;
   }
   const int64_t row_bytes = hidden * 2;
-  if ((kRankTile + kGroupShrinkPartRoutes) * row_bytes <= kGroupStageXMaxBytes) {
+  if ((kRankTile + kGroupShrinkPart) * row_bytes <= kGroupStageXMaxBytes) {
     g.stage = 2;
   } else if (kRankTile * row_bytes <= kGroupStageAMaxBytes) {
     g.stage = 1;
@@ -355,7 +351,7 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
     core::require(
         bins >= 1 && bins <= kGroupBinsMax, "grouped",
         "the grouped pipeline needs 1..4096 (lora, expert) bins, got " + std::to_string(bins));
-    core::require(ceil_div(p.num_pairs, kGroupTileTokens) < kGroupedMaxTileRows, "grouped",
+    core::require(ceil_div(p.num_pairs, kGroupTileRoutes) < kGroupedMaxTileRows, "grouped",
                   "the grouped pipeline needs ceil(num_pairs / 16) < 65536");
   } else {
     // NOTE: select_order_remap is spec §6's rule; it only ever picks SM90, where the remap
@@ -365,7 +361,7 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   }
   if (c.order_remap) {
     core::require(
-        p.num_pairs <= kRemapMaxPairs, "order_remap",
+        p.num_pairs <= kOrderBuildMaxPairs, "order_remap",
         "the order remap prologue handles at most 4096 pairs, got " + std::to_string(p.num_pairs));
     core::require(bins >= 1 && bins <= kGroupBinsMax, "order_remap",
                   "the order remap needs 1..4096 (lora, expert) bins, got " + std::to_string(bins));
