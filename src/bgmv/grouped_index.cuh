@@ -17,7 +17,7 @@ namespace grouped {
 struct GroupedWs {
   int* header;
   int* bin_offset;
-  int* tile_start;
+  int* tile_start;  ///< scratch of group_scan (tile counts, then tile bases per bin)
   int* sorted_routes;
   int* token_count;
   int* token_slots;
@@ -101,24 +101,11 @@ __global__ void __launch_bounds__(1024) group_scan_kernel(GroupedParams p) {
   __syncthreads();
   block_exclusive_scan(w.bin_offset, bins + 1, warp_sums);
   const int tiles = block_exclusive_scan(w.tile_start, bins, warp_sums);
-  // Keep each bin's tile base in a register, then rewrite the table (bases must all be read
-  // before any thread overwrites an entry of another bin).
-  constexpr int kMaxBinsPerThread = 4;  // bins <= 4096 = 4 x 1024
-  int tile_base[kMaxBinsPerThread];
-#pragma unroll
-  for (int j = 0; j < kMaxBinsPerThread; ++j) {
-    const int b = threadIdx.x + j * blockDim.x;
-    tile_base[j] = b < bins ? w.tile_start[b] : 0;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < kMaxBinsPerThread; ++j) {
-    const int b = threadIdx.x + j * blockDim.x;
-    if (b >= bins) continue;
+  // tile_start now holds each bin's tile base (scratch: only tile_info is read later).
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     const int start = w.bin_offset[b], count = w.bin_offset[b + 1] - start;
     for (int k = 0; k * kGroupTileRoutes < count; ++k) {
-      w.tile_start[tile_base[j] + k] = start + k * kGroupTileRoutes;
-      w.tile_info[tile_base[j] + k] = make_int4(
+      w.tile_info[w.tile_start[b] + k] = make_int4(
           start + k * kGroupTileRoutes, min(kGroupTileRoutes, count - k * kGroupTileRoutes), b, 0);
     }
     for (int c = 0; c < p.hist_ctas; ++c) w.cta_base[c * bins + b] += start;
@@ -242,7 +229,6 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     const int start = offs[b], count = offs[b + 1] - start;
     for (int k = 0; k * kGroupTileRoutes < count; ++k) {
       const int first = start + k * kGroupTileRoutes;
-      w.tile_start[tiles[b] + k] = first;
       w.tile_info[tiles[b] + k] =
           make_int4(first, min(kGroupTileRoutes, start + count - first), b, 0);
     }
