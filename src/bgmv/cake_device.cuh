@@ -1,5 +1,6 @@
 // Device helpers shared by the BGMV kernels: 16-bit widening / narrowing bitwise equal to the host
-// reference, cp.async with zero fill, PDL controls, and the fixed XOR butterflies of spec §3.2.
+// reference, cp.async with zero fill, PDL controls (and the host launch that sets them up), and
+// the fixed XOR butterflies of spec §3.2.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -7,6 +8,7 @@
 
 #include <cstdint>
 
+#include "core/cuda_check.h"
 #include "core/macros.h"
 #include "formats/codecs.h"
 
@@ -83,6 +85,28 @@ CAKEMOE_DEVICE void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+}
+
+/// Host: launches `kernel(params)` on `stream`, as a programmatic dependent of the kernel before
+/// it on the stream when `dependent` (its pdl_wait() then waits for that kernel). A failed
+/// launch's error is cleared before the throw, so a later cudaGetLastError does not report it
+/// again.
+template <typename Params>
+inline void launch_pdl(void (*kernel)(Params), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t stream, bool dependent, const Params& params) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1] = {};
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = dependent ? 1 : 0;
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, params);
+  if (status != cudaSuccess) (void)cudaGetLastError();
+  CAKEMOE_CUDA_CHECK(status);
 }
 
 // ---- Fixed reduction trees (spec §3.2) ----------------------------------------------------------

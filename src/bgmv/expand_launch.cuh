@@ -19,20 +19,10 @@ namespace dev {
 template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch>
 void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
   using Shape = ExpandShape<kRank, kThreads, kItems, kBatch>;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(p.T),
-                        static_cast<unsigned>((p.H + Shape::kCols - 1) / Shape::kCols));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1] = {};
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = p.pdl_mode != 0 ? 1 : 0;
-  CAKEMOE_CUDA_CHECK(
-      cudaLaunchKernelEx(&config, cake_expand_kernel<kFp16, kRank, kThreads, kItems, kBatch>, p));
-  CAKEMOE_CUDA_CHECK(cudaGetLastError());
+  launch_pdl(cake_expand_kernel<kFp16, kRank, kThreads, kItems, kBatch>,
+             dim3(static_cast<unsigned>(p.T),
+                  static_cast<unsigned>((p.H + Shape::kCols - 1) / Shape::kCols)),
+             dim3(kThreads), 0, stream, p.pdl_mode != 0, p);
 }
 
 /// Schedule 0, narrow: 64 threads, one (column, lane) slot each, so 64 / G columns per CTA and

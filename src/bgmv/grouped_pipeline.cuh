@@ -27,19 +27,7 @@ inline void launch_stage(void (*kernel)(GroupedParams), dim3 grid, int threads, 
     CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(smem)));
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1] = {};
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = dependent ? 1 : 0;
-  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, p);
-  if (status != cudaSuccess) (void)cudaGetLastError();  // do not leave it for the next check
-  CAKEMOE_CUDA_CHECK(status);
+  dev::launch_pdl(kernel, grid, dim3(threads), smem, stream, dependent, p);
 }
 
 template <bool kBf16, int kRank>
