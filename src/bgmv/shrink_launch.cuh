@@ -16,13 +16,13 @@ namespace cakemoe {
 namespace bgmv {
 namespace dev {
 
-constexpr int kDefaultSmemLimit = 48 * 1024;
-
 /// Opts `kernel` in to `bytes` of dynamic shared memory once per device.
 /// NOTE: cudaFuncSetAttribute is not a stream operation, so this is legal inside a capture too.
+/// Any dynamic size opts in: the 48 KB default covers static + dynamic, so a dynamic size just
+/// under it can still need the opt-in (the grouped shrink hit that).
 template <typename Kernel>
 void ensure_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& devices_done) {
-  if (bytes <= kDefaultSmemLimit) return;
+  if (bytes <= 0) return;
   int device = 0;
   CAKEMOE_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
