@@ -3,8 +3,8 @@
 // bench_bgmv_common.cuh), median of >= 50 reps, GB/s against bytes_min, and the ratio to the
 // portable path of the same inputs in the same run.
 //
-//   bench_bgmv [--quick] [--stages] [--variants] [--flush=memset] [--reps=N] [--budget=SECONDS]
-//              [--benchmark_out=FILE ...]
+//   bench_bgmv [--quick] [--stages] [--variants] [--specialized] [--flush=memset] [--reps=N]
+//              [--budget=SECONDS] [--benchmark_out=FILE ...]
 //
 // --quick: H 3072 only (plus the 4-LoRA comparison rows). The default matrix is hidden {2688,
 // 3072, 4096} x rank {16, 32, 64} x T {1 .. 2048} x top-k {2, 6, 8}, 8 LoRAs x 128 experts; it
@@ -13,7 +13,9 @@
 // --stages: only the per-stage table of bench_bgmv_stages.cuh (whole plan, order build, shrink,
 // expand, empty graphs) for seven representative rows. --variants: every Cake pipeline forced
 // on the same inputs (bench_bgmv_variants.cuh), T >= 128, to place the selector's crossovers;
-// --shape=H,R,T,k,L runs one shape of it (E 128), e.g. under ncu. --flush=memset: the flush of the
+// --shape=H,R,T,k,L runs one shape of it (E 128), e.g. under ncu. --specialized: the specialized
+// variant (spec §7) in each schedule against the generic plan, H 2688 / 3072, rank 32, T 1..2048
+// (bench_bgmv_variants.cuh). --flush=memset: the flush of the
 // 2026-11-29 results (a 256 MB memset per rep, which leaves dirty lines in L2).
 #include <cuda_runtime.h>
 
@@ -50,8 +52,12 @@ Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_bu
                                                  in.loras, in.weights, s.experts);
     const auto launch = cake.shrink_launch();
     row.plan =
-        cake.backend_used() + (cake.fused_decode() ? " fused" : "") +
-        (cake.grouped() ? " grouped" : "") + (cake.order_remap() ? " remap" : "") +
+        cake.backend_used() +
+        (cake.variant() == "specialized"
+             ? " spec s" + std::to_string(cake.schedule_id().value_or(-1))
+             : "") +
+        (cake.fused_decode() ? " fused" : "") + (cake.grouped() ? " grouped" : "") +
+        (cake.order_remap() ? " remap" : "") +
         (launch ? " f" + std::to_string(launch->form) + "s" + std::to_string(launch->splits) : "") +
         " pdl" + std::to_string(cake.pdl_mode());
     row.cake_us = bench.time_plan(cake);
@@ -100,7 +106,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows) {
 }
 
 int run(int argc, char** argv) {
-  bool quick = false, stages = false, variants = false;
+  bool quick = false, stages = false, variants = false, specialized = false;
   double budget_s = 150;
   int reps = 50;
   FlushMode flush = FlushMode::kRead;
@@ -110,6 +116,7 @@ int run(int argc, char** argv) {
     if (arg == "--quick") quick = true;
     if (arg == "--stages") stages = true;
     if (arg == "--variants") variants = true;
+    if (arg == "--specialized") specialized = true;
     if (arg.rfind("--shape=", 0) == 0) only_shape = arg.substr(8);
     if (arg == "--flush=memset") flush = FlushMode::kMemset;
     if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::stoi(arg.substr(7)));
@@ -125,6 +132,7 @@ int run(int argc, char** argv) {
   bench.flush_mode = flush;
   if (stages) return run_stage_mode(bench);
   if (variants) return run_variant_mode(bench, budget_s, only_shape);
+  if (specialized) return run_specialized_mode(bench, budget_s);
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,7 +1,10 @@
 // bench_bgmv --variants: every Cake pipeline forced on the same inputs, side by side, to place
 // the selector's crossovers on the H200 (bench/NOTES.md). Columns: the default plan, per-route
 // (grouped=false; remap by its heuristic), per-route with remap forced on, per-route with remap
-// off, grouped (index form by grouped_geometry()), grouped with the hist / scan / scatter index.
+// off, grouped (index form by grouped_geometry()), grouped with the hist / scan / scatter index,
+// the specialized variant (spec §7, H 2688 / 3072 at rank 32; -1 elsewhere).
+// --specialized: the specialized variant in each schedule against the generic plan, H 2688 and
+// 3072 at rank 32 from 1 to 2048 tokens: the evidence for plan.cpp's kSm90SpecializedWindows.
 #pragma once
 
 #include <chrono>
@@ -23,8 +26,11 @@ double time_or_skip(Bench& bench, Prepare prepare, std::string* label) {
   try {
     bgmv::BgmvPlan plan(prepare());
     if (label != nullptr) {
-      *label =
-          std::string(plan.grouped() ? "grouped" : "route") + (plan.order_remap() ? "+remap" : "");
+      *label = plan.variant() == "specialized"
+                   ? "spec s" + std::to_string(plan.schedule_id().value_or(-1))
+                   : std::string(plan.grouped() ? "grouped" : "route") +
+                         (plan.order_remap() ? "+remap" : "") +
+                         (plan.fused_decode() ? "+fused" : "");
     }
     return bench.time_plan(plan);
   } catch (const Error&) {
@@ -60,8 +66,9 @@ int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
       "us per forced pipeline (-1: refused); %%roof of the best vs bytes_min at %.2f "
       "TB/s\n",
       bench.flush_name(), bench.reps, kHbmTbPerS);
-  std::printf("%5s %3s %5s %2s %2s | %-14s %9s | %9s %9s %9s %9s %9s | %6s\n", "H", "R", "T", "k",
-              "L", "default", "us", "route", "remap", "noremap", "grouped", "grp idx3", "%roof");
+  std::printf("%5s %3s %5s %2s %2s | %-14s %9s | %9s %9s %9s %9s %9s %9s | %6s\n", "H", "R", "T",
+              "k", "L", "default", "us", "route", "remap", "noremap", "grouped", "grp idx3",
+              "special", "%roof");
   const int64_t max_w = 8 * 128 * 64 * 4096;
   void *a_buf = nullptr, *b_buf = nullptr, *x_buf = nullptr;
   CAKEMOE_CUDA_CHECK(cudaMalloc(&a_buf, max_w * 2));
@@ -75,13 +82,15 @@ int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
   for (const Shape& s : shapes) {
     if (elapsed() > budget_s) break;
     const Inputs in(s, a_buf, b_buf, x_buf);
-    const auto prep = [&](std::optional<bool> grouped, std::optional<bool> remap, int index) {
-      return [&, grouped, remap, index] {
+    const auto prep = [&](std::optional<bool> grouped, std::optional<bool> remap, int index,
+                          int variant = -1) {
+      return [&, grouped, remap, index, variant] {
         bgmv::BgmvOptions o;
         o.grouped = grouped;
         o.order_remap = remap;
         bgmv::detail::PrepareInternals internals;
         internals.grouped_index = index;
+        internals.variant_override = variant;
         return bgmv::detail::prepare_impl(in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras,
                                           in.weights, s.experts, o, internals);
       };
@@ -93,17 +102,89 @@ int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
     const double noremap = time_or_skip(bench, prep(false, false, -1), nullptr);
     const double grouped = time_or_skip(bench, prep(true, std::nullopt, -1), nullptr);
     const double index3 = time_or_skip(bench, prep(true, std::nullopt, 0), nullptr);
+    const double special = time_or_skip(bench, prep(std::nullopt, std::nullopt, -1, 1), nullptr);
     double best = def;
-    for (double v : {route, remap, noremap, grouped, index3}) {
+    for (double v : {route, remap, noremap, grouped, index3, special}) {
       if (v > 0 && (best <= 0 || v < best)) best = v;
     }
     const double gbs = bytes_min(s, in.routing.bins_touched) / (best * 1e3);
     std::printf(
-        "%5lld %3lld %5lld %2lld %2lld | %-14s %9.2f | %9.2f %9.2f %9.2f %9.2f %9.2f | "
+        "%5lld %3lld %5lld %2lld %2lld | %-14s %9.2f | %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f | "
         "%5.1f%%\n",
         (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
-        (long long)s.loras, label.c_str(), def, route, remap, noremap, grouped, index3,
+        (long long)s.loras, label.c_str(), def, route, remap, noremap, grouped, index3, special,
         100.0 * gbs / (kHbmTbPerS * 1e3));
+    std::fflush(stdout);
+    ++done;
+  }
+  if (done < shapes.size()) {
+    std::printf("stopped after %zu of %zu shapes: %.0f s budget spent (--budget=S)\n", done,
+                shapes.size(), budget_s);
+  }
+  cudaFree(a_buf);
+  cudaFree(b_buf);
+  cudaFree(x_buf);
+  return 0;
+}
+
+/// --specialized: H 2688 / 3072, rank 32, T 1..2048, k 2 and 8, L 8, E 128. Columns: the default
+/// plan, the generic variant forced, the specialized variant with the selector's schedule and
+/// with each schedule forced, and generic / best specialized (> 1: specialized faster).
+int run_specialized_mode(Bench& bench, double budget_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<Shape> shapes;
+  for (int64_t h : {3072, 2688}) {
+    for (int64_t k : {2, 8}) {
+      for (int64_t t : {1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}) {
+        shapes.push_back({h, 32, t, k, 8, 128});
+      }
+    }
+  }
+  std::printf(
+      "BGMV specialized bench: graph replay, L2 flush (%s) per rep, median of %d reps, bf16; "
+      "us (-1: refused); gen/spec = generic / best specialized\n",
+      bench.flush_name(), bench.reps);
+  std::printf("%5s %5s %2s | %-14s %9s | %9s %9s %9s %9s %9s | %8s\n", "H", "T", "k", "default",
+              "us", "generic", "spec", "spec s0", "spec s1", "spec s2", "gen/spec");
+  const int64_t max_w = 8 * 128 * 32 * 3072;
+  void *a_buf = nullptr, *b_buf = nullptr, *x_buf = nullptr;
+  CAKEMOE_CUDA_CHECK(cudaMalloc(&a_buf, max_w * 2));
+  CAKEMOE_CUDA_CHECK(cudaMalloc(&b_buf, max_w * 2));
+  CAKEMOE_CUDA_CHECK(cudaMalloc(&x_buf, 2048 * 3072 * 2));
+  fill_bf16(a_buf, max_w, 1, 0.01f);
+  fill_bf16(b_buf, max_w, 2, 0.05f);
+  fill_bf16(x_buf, 2048 * 3072, 3, 1.0f);
+  CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  size_t done = 0;
+  for (const Shape& s : shapes) {
+    if (elapsed() > budget_s) break;
+    const Inputs in(s, a_buf, b_buf, x_buf);
+    const auto prep = [&](int variant, int schedule) {
+      return [&, variant, schedule] {
+        bgmv::detail::PrepareInternals internals;
+        internals.variant_override = variant;
+        internals.specialized_schedule = schedule;
+        return bgmv::detail::prepare_impl(in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras,
+                                          in.weights, s.experts, bgmv::BgmvOptions(), internals);
+      };
+    };
+    std::string label;
+    const double def = time_or_skip(bench, prep(-1, -1), &label);
+    const double generic = time_or_skip(bench, prep(0, -1), nullptr);
+    const double spec = time_or_skip(bench, prep(1, -1), nullptr);
+    double best = -1.0;
+    double sched[3];
+    for (int i = 0; i < 3; ++i) {
+      sched[i] = time_or_skip(bench, prep(1, i), nullptr);
+      if (sched[i] > 0 && (best <= 0 || sched[i] < best)) best = sched[i];
+    }
+    std::printf("%5lld %5lld %2lld | %-14s %9.2f | %9.2f %9.2f %9.2f %9.2f %9.2f | %8.3f\n",
+                (long long)s.hidden, (long long)s.tokens, (long long)s.top_k, label.c_str(), def,
+                generic, spec, sched[0], sched[1], sched[2],
+                best > 0 && generic > 0 ? generic / best : -1.0);
     std::fflush(stdout);
     ++done;
   }

@@ -66,6 +66,9 @@ void CudaPlan::enqueue(Stream stream) const {
     case CudaPath::kCakeFusedDecode:
       l.fused_launcher(l.fused, stream);
       break;
+    case CudaPath::kCakeSpecialized:
+      l.specialized_launcher(l.cake, stream);
+      break;
   }
 }
 

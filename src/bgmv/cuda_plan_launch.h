@@ -18,6 +18,7 @@ struct CudaPlan::Launch {
   PortableParams portable;  ///< portable fallback
   FusedDecodeParams fused;  ///< fused decode path (one cooperative launch)
   FusedDecodeLauncher fused_launcher = nullptr;
+  CakeUnitLaunch specialized_launcher = nullptr;  ///< shrink + expand of the specialized unit
   OrderBuildLauncher order_launcher = nullptr;
   GroupedLauncher grouped_launcher = nullptr;
 };

@@ -141,6 +141,22 @@ void fill_order(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
       reinterpret_cast<OrderBuildLauncher>(unit_or_throw("order_build", "", arch).launch);
 }
 
+const core::KernelUnit* specialized_unit(int64_t hidden) {
+  // NOTE: portable units (sm_90a/sm_100a/sm_103a) keyed by size = hidden (rank 32 inside).
+  const core::KernelUnit* unit =
+      core::find_kernel_unit("bgmv", "specialized", "", static_cast<int>(hidden), false);
+  return unit != nullptr && unit->size == hidden ? unit : nullptr;
+}
+
+void fill_specialized(const BgmvPlan::Impl& impl, CudaPlan::Launch& launch) {
+  const int64_t hidden = impl.shape.hidden;
+  const core::KernelUnit* unit = specialized_unit(hidden);
+  core::require_supported(
+      unit != nullptr, "variant",
+      "this build has no BGMV 'specialized' kernel unit for hidden_size " + std::to_string(hidden));
+  launch.specialized_launcher = reinterpret_cast<CakeUnitLaunch>(unit->launch);
+}
+
 const core::KernelUnit* fused_unit(int64_t rank) {
   // NOTE: the fused units are portable (sm_90a/sm_100a/sm_103a); size = rank.
   const core::KernelUnit* unit =
@@ -162,6 +178,8 @@ void fill_fused(const BgmvPlan::Impl& impl, CudaPlan::Launch& launch) {
 }
 
 }  // namespace
+
+bool specialized_unit_built(int64_t hidden) { return specialized_unit(hidden) != nullptr; }
 
 int fused_decode_blocks_per_sm(DType dtype, int64_t rank, Device device) {
   const core::KernelUnit* unit = fused_unit(rank);
@@ -198,10 +216,10 @@ CakeParams cake_params(const BgmvPlan::Impl& impl) {
   cp.P = s.num_pairs;
   cp.L = s.num_loras;
   cp.E = s.num_experts;
-  cp.form = c.shrink_launch->form;
-  cp.splits = c.shrink_launch->splits;
+  cp.form = c.shrink_launch ? c.shrink_launch->form : 0;  // unset for the specialized variant
+  cp.splits = c.shrink_splits;
   cp.schedule_id = c.schedule_id.value_or(0);
-  cp.pdl_mode = c.pdl_mode;
+  cp.pdl_mode = c.launch_pdl_mode;
   return cp;
 }
 
@@ -236,7 +254,10 @@ void setup_cuda_plan(BgmvPlan::Impl& impl, Arch arch) {
     fill_portable(impl, launch->portable);
   } else {
     fill_cake(impl, launch->cake);
-    if (c.grouped) {
+    if (c.variant == Variant::kSpecialized) {
+      launch->path = CudaPath::kCakeSpecialized;
+      fill_specialized(impl, *launch);
+    } else if (c.grouped) {
       launch->path = CudaPath::kCakeGrouped;
       fill_grouped(impl, *launch, arch);
     } else if (c.fused_decode) {

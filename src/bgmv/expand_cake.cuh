@@ -124,13 +124,17 @@ CAKEMOE_DEVICE float widen_half(const uint4& v, int e) {
   return widen<kFp16>(static_cast<uint16_t>(e % 2 == 0 ? word & 0xFFFFu : word >> 16));
 }
 
-/// The thread's (column, lane) slots of one CTA.
+/// The thread's (column, lane) slots of one CTA (runtime H; specialized_expand.cuh has the
+/// compile-time form).
 template <class Shape>
 struct ExpandLanes {
   int g;         // rank group of this lane
   int64_t col0;  // column of item 0; item i is col0 + i * Shape::kColStride
   int64_t H;
 
+  static CAKEMOE_DEVICE ExpandLanes make(int g, int64_t col0, int64_t hidden) {
+    return ExpandLanes{g, col0, hidden};
+  }
   CAKEMOE_DEVICE int64_t col(int i) const { return col0 + i * Shape::kColStride; }
   CAKEMOE_DEVICE bool in(int i) const { return col(i) < H; }
 };
@@ -245,7 +249,11 @@ CAKEMOE_DEVICE void prefetch_contiguous_b(const CakeParams& p, int64_t t, int64_
 // no occupancy hint it interleaves them with the previous route's FMAs); at most 128 registers.
 // NOTE: ranks 8/16 ask for 8 CTAs of 128 threads per SM (64 registers): at T >= 256 the
 // route-discovery chain of each CTA needs the occupancy (H200: 4 CTAs/SM cost 20-30 % at rank 16).
-template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch>
+// NOTE: `Lanes` is ExpandLanes (runtime H) or SpecializedLanes (compile-time H, spec §7): the
+// specialized expand is this body with H fixed, so both variants share every instruction of the
+// canonical order.
+template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch,
+          class Lanes = ExpandLanes<ExpandShape<kRank, kThreads, kItems, kBatch>>>
 __global__ void __launch_bounds__(kThreads, (kRank <= 16 ? 1024 : 512) / kThreads)
     cake_expand_kernel(const CakeParams p) {
   using Shape = ExpandShape<kRank, kThreads, kItems, kBatch>;
@@ -253,8 +261,8 @@ __global__ void __launch_bounds__(kThreads, (kRank <= 16 ? 1024 : 512) / kThread
   __shared__ ExpandShared sh;
   const int tid = threadIdx.x;
   const int64_t t = blockIdx.x;
-  const ExpandLanes<Shape> ln{tid % kGroups,
-                              static_cast<int64_t>(blockIdx.y) * Shape::kCols + tid / kGroups, p.H};
+  const Lanes ln = Lanes::make(
+      tid % kGroups, static_cast<int64_t>(blockIdx.y) * Shape::kCols + tid / kGroups, p.H);
   const uint16_t* lora_b = static_cast<const uint16_t*>(p.lora_b);
   float acc[kItems];
 #pragma unroll

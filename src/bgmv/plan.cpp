@@ -1,6 +1,7 @@
 #include "bgmv/plan.h"
 
 #include <algorithm>
+#include <array>
 #include <ostream>
 #include <sstream>
 
@@ -66,6 +67,18 @@ constexpr int64_t kFusedAutoMaxPairs = 64;
 constexpr int64_t kSpecializedRank = 32;
 constexpr int64_t kSpecializedMinTokens = 32;
 constexpr int64_t kSpecializedMaxTokens = 1024;
+constexpr int kSpecializedSchedules = 3;
+
+/// Tokens [min_tokens, max_tokens] where the specialized body of `hidden` is chosen.
+struct SpecializedWindow {
+  int64_t hidden;
+  int64_t min_tokens;
+  int64_t max_tokens;
+};
+// NOTE: SM90 specialized windows, to be filled from H200 measurements (bench_bgmv --specialized)
+// where the specialized body beats the generic default; empty: generic everywhere (spec §7).
+// Add rows as {hidden, min T, max T} and raise the array size to match.
+constexpr std::array<SpecializedWindow, 0> kSm90SpecializedWindows{};
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -136,14 +149,24 @@ ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidd
   return launch;
 }
 
+bool is_specialized_shape(int64_t hidden, int64_t rank) {
+  return (hidden == 2688 || hidden == 3072) && rank == kSpecializedRank;
+}
+
 Variant select_variant(int64_t num_tokens, int64_t hidden, int64_t rank, Arch arch,
                        bool specialized_built) {
-  const bool specialized_shape = (hidden == 2688 || hidden == 3072) && rank == kSpecializedRank;
-  // NOTE: spec §7 (newest JIT): no token window on SM90, [32, 1024] on Blackwell.
-  const bool in_window = is_blackwell(arch) && num_tokens >= kSpecializedMinTokens &&
-                         num_tokens <= kSpecializedMaxTokens;
-  return specialized_built && specialized_shape && in_window ? Variant::kSpecialized
-                                                             : Variant::kGeneric;
+  // NOTE: spec §7 (newest JIT): [32, 1024] on Blackwell; SM90 by the measured table.
+  bool in_window = is_blackwell(arch) && num_tokens >= kSpecializedMinTokens &&
+                   num_tokens <= kSpecializedMaxTokens;
+  if (arch == Arch::kSm90a) {
+    for (const SpecializedWindow& w : kSm90SpecializedWindows) {
+      in_window = in_window ||
+                  (w.hidden == hidden && num_tokens >= w.min_tokens && num_tokens <= w.max_tokens);
+    }
+  }
+  return specialized_built && is_specialized_shape(hidden, rank) && in_window
+             ? Variant::kSpecialized
+             : Variant::kGeneric;
 }
 
 int select_generic_schedule(int64_t num_tokens) { return num_tokens <= 8 ? 0 : 1; }
@@ -324,17 +347,53 @@ std::ostream& operator<<(std::ostream& os, const PlanChoice& c) {
   return os;
 }
 
+namespace {
+
+/// The variant of a Cake plan: the selector's, or the forced one (variant_override).
+Variant choose_variant(const ProblemDesc& p) {
+  core::require(p.variant_override >= -1 && p.variant_override <= 1, "variant",
+                "the override must be -1 (select), 0 (generic) or 1 (specialized), got " +
+                    std::to_string(p.variant_override));
+  if (p.variant_override < 0) {
+    return select_variant(p.num_tokens, p.hidden, p.rank, p.arch, p.specialized_built);
+  }
+  if (p.variant_override == 0) return Variant::kGeneric;
+  core::require(is_specialized_shape(p.hidden, p.rank), "variant",
+                "the specialized variant needs hidden_size 2688 or 3072 and rank 32, got "
+                "hidden_size=" +
+                    std::to_string(p.hidden) + ", rank=" + std::to_string(p.rank));
+  core::require(!p.grouped.value_or(false), "grouped",
+                "grouped=true cannot be combined with the specialized variant");
+  core::require_supported(p.specialized_built, "variant",
+                          "this build has no specialized BGMV kernel unit for hidden_size " +
+                              std::to_string(p.hidden) + " (CAKEMOE_KERNELS / gencode)");
+  return Variant::kSpecialized;
+}
+
+}  // namespace
+
 PlanChoice choose_cake_plan(const ProblemDesc& p) {
   PlanChoice c;
-  c.variant = select_variant(p.num_tokens, p.hidden, p.rank, p.arch, p.specialized_built);
+  c.variant = choose_variant(p);
+  core::require(p.schedule_override == -1 ||
+                    (c.variant == Variant::kSpecialized && p.schedule_override >= 0 &&
+                     p.schedule_override < kSpecializedSchedules),
+                "schedule_id",
+                "a forced schedule must be 0, 1 or 2 on a specialized plan, got " +
+                    std::to_string(p.schedule_override));
   const bool remap_forced = p.order_remap.value_or(false);
   if (c.variant == Variant::kSpecialized) {
     core::require(!remap_forced, "order_remap",
                   "order_remap=true cannot be combined with the specialized variant");
     core::require(!p.fused_decode.value_or(false), "fused_decode",
                   "fused_decode=true cannot be combined with the specialized variant");
-    c.schedule_id = select_specialized_schedule(p.num_tokens, p.hidden);
+    c.schedule_id = p.schedule_override >= 0 ? p.schedule_override
+                                             : select_specialized_schedule(p.num_tokens, p.hidden);
     c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
+    // The generic selector's splits (same bits) and PDL chaining (same launch sequence).
+    c.shrink_splits = select_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch).splits;
+    c.launch_pdl_mode =
+        select_pdl_mode(Variant::kGeneric, p.num_tokens, p.hidden, p.arch, p.num_sms);
     return c;
   }
   ShrinkLaunch shrink = select_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch);
@@ -369,7 +428,9 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
     shrink.form = kFormPrefill;
   }
   c.shrink_launch = shrink;
+  c.shrink_splits = shrink.splits;
   c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
+  c.launch_pdl_mode = c.pdl_mode;
   c.schedule_id = select_generic_schedule(p.num_tokens);
   // Fused decode: same splits, so the same bits; only the launch sequence changes.
   const bool fits = fused_decode_fits(p.num_tokens, p.num_pairs, p.hidden, p.rank, shrink.splits,

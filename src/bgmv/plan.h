@@ -33,8 +33,12 @@ struct Capability {
 
 /// spec §4.1: generic shrink (form, splits) for P pairs, rank R, hidden H.
 ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);
-/// spec §7 (newest JIT): SM90 always generic; Blackwell specialized for H in {2688, 3072}, R == 32
-/// and 32 <= T <= 1024. `specialized_built` false (no specialized body compiled) forces generic.
+/// spec §7: the shapes that have a specialized body (H in {2688, 3072}, R == 32).
+bool is_specialized_shape(int64_t hidden, int64_t rank);
+/// spec §7 (newest JIT): Blackwell specialized for a specialized shape and 32 <= T <= 1024. SM90:
+/// only inside the token windows of plan.cpp's H200 table (kSm90SpecializedWindows, empty until
+/// the H200 shows the specialized body faster, so generic everywhere as spec §7 decides).
+/// `specialized_built` false (no specialized unit compiled) forces generic.
 Variant select_variant(int64_t num_tokens, int64_t hidden, int64_t rank, Arch arch,
                        bool specialized_built);
 /// spec §4.3/§7 generic schedule: 0 (t64) for T <= 8, else 1 (t128).
@@ -146,6 +150,12 @@ struct PlanChoice {
   std::optional<int> schedule_id;
   std::string fallback_reason;
   bool fused_decode = false;  ///< one cooperative shrink + expand launch (per-route family)
+  /// Hidden splits the shrink runs: shrink_launch->splits, or for the specialized variant (whose
+  /// shrink_launch is unset, spec §1) the generic selector's, so both variants give equal bits.
+  int shrink_splits = 1;
+  /// PDL mode the kernels use: pdl_mode, except that the specialized variant reports 0 (spec §4.4)
+  /// while its kernels chain like the generic ones (docs/decisions/bgmv-gpu-kernels.md).
+  int launch_pdl_mode = 0;
 };
 std::ostream& operator<<(std::ostream& os, const PlanChoice& choice);
 
@@ -163,12 +173,18 @@ struct ProblemDesc {
   std::optional<bool> order_remap;   ///< forced value, or heuristic when unset
   std::optional<bool> fused_decode;  ///< forced value, or heuristic when unset
   int fused_blocks_per_sm = 0;       ///< occupancy of the fused kernel (0: not built)
+  int variant_override = -1;         ///< -1 select_variant, 0 generic, 1 specialized (forced)
+  int schedule_override = -1;        ///< specialized schedule 0 / 1 / 2 forced; -1 selector
 };
 /// The Cake choice for a problem inside the support set. Throws InvalidArgument("order_remap")
 /// when order_remap is forced together with grouped or the specialized variant (spec §10 rule 15),
 /// and InvalidArgument("grouped" / "order_remap") when a forced pipeline exceeds its kernel limits;
 /// InvalidArgument("fused_decode") when fused_decode=true is forced with grouped, order_remap, the
-/// specialized variant, or a grid that cannot be co-resident.
+/// specialized variant, or a grid that cannot be co-resident. A forced specialized variant
+/// (variant_override 1) raises InvalidArgument("variant") outside the specialized shapes,
+/// InvalidArgument("grouped" / "order_remap" / "fused_decode") when that pipeline is forced too,
+/// and Unsupported("variant") when its unit is not built; schedule_override raises
+/// InvalidArgument("schedule_id") outside 0..2 or on a plan that is not specialized.
 PlanChoice choose_cake_plan(const ProblemDesc& problem);
 /// The portable choice (spec §9): no schedule, no shrink launch, reason recorded.
 PlanChoice choose_portable_plan(const std::string& reason);

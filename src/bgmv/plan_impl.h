@@ -72,6 +72,11 @@ struct PrepareInternals {
   /// Grouped pipeline index: 1 forces the one-CTA index, 0 hist -> scan -> scatter, -1 lets
   /// grouped_geometry() pick.
   int grouped_index = -1;
+  /// Variant (spec §7): -1 selector (or CAKEMOE_BGMV_VARIANT=generic|specialized), 0 generic,
+  /// 1 specialized (InvalidArgument("variant") outside H 2688 / 3072 at rank 32).
+  int variant_override = -1;
+  /// Specialized schedule 0 (64 columns per CTA), 1 (128), 2 (256); -1 selector.
+  int specialized_schedule = -1;
 };
 
 /// prepare_bgmv_moe returning the implementation (tests and binding layers keep a handle on it).
@@ -91,6 +96,8 @@ DeviceFacts query_cuda_device(Device device);
 /// Maximum active CTAs per SM of the fused decode kernel for (dtype, rank) on `device`; 0 when
 /// that kernel unit is not built (or the build has no CUDA).
 int fused_decode_blocks_per_sm(DType dtype, int64_t rank, Device device);
+/// Whether this build has the specialized kernel unit of `hidden` (rank 32; false without CUDA).
+bool specialized_unit_built(int64_t hidden);
 /// Sets every byte of a workspace to 0 and waits (prepare only).
 void zero_synchronously(const Tensor& t);
 /// Builds impl.cuda (launch operands, device workspaces) for a CUDA plan whose choice, shape,

@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <string>
 
 #include "bgmv/plan_impl.h"
 #include "bgmv/warnings.h"
@@ -28,6 +29,30 @@ constexpr const char* kForcedPortableReason = "forced portable path (internal op
 bool fused_decode_disabled_by_env() {
   const char* env = std::getenv("CAKEMOE_BGMV_FUSED_DECODE");
   return env != nullptr && std::strcmp(env, "0") == 0;
+}
+
+// CAKEMOE_BGMV_VARIANT=generic|specialized (A/B runs): -1 unset, 0 generic, 1 specialized.
+int variant_from_env() {
+  const char* env = std::getenv("CAKEMOE_BGMV_VARIANT");
+  if (env == nullptr || *env == '\0') return -1;
+  if (std::strcmp(env, "generic") == 0) return 0;
+  if (std::strcmp(env, "specialized") == 0) return 1;
+  throw InvalidArgument("CAKEMOE_BGMV_VARIANT",
+                        std::string("must be 'generic' or 'specialized', got '") + env + "'");
+}
+
+/// The variant override of a plan: PrepareInternals wins; else the environment, where
+/// "specialized" applies only to plans that can take it (a built specialized shape without a
+/// forced grouped / order_remap / fused_decode), so whole tables can be A/B run.
+int variant_override(const detail::PrepareInternals& internals, const BgmvOptions& options,
+                     const ProblemDesc& desc) {
+  if (internals.variant_override >= 0) return internals.variant_override;
+  const int env = variant_from_env();
+  if (env != 1) return env;
+  const bool can = is_specialized_shape(desc.hidden, desc.rank) && desc.specialized_built &&
+                   !options.grouped.value_or(false) && !options.order_remap.value_or(false) &&
+                   !options.fused_decode.value_or(false);
+  return can ? 1 : -1;
 }
 
 bool print_plan_requested() {
@@ -99,6 +124,10 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     if (!desc.fused_decode.has_value() && fused_decode_disabled_by_env()) {
       desc.fused_decode = false;
     }
+    // NOTE: the CPU backend emulates an H200 build with every unit (same bits either way).
+    desc.specialized_built = on_cpu || detail::specialized_unit_built(s.hidden);
+    desc.variant_override = variant_override(internals, options, desc);
+    desc.schedule_override = internals.specialized_schedule;
     desc.fused_blocks_per_sm = on_cpu
                                    ? kCpuEmulatedFusedBlocksPerSm
                                    : detail::fused_decode_blocks_per_sm(s.dtype, s.rank, s.device);
@@ -120,7 +149,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
   impl->choice = choice;
   impl->backend_used = on_cpu ? "cpu_reference" : (portable ? "portable" : "cake");
   impl->variant = variant_name(choice.variant);
-  impl->params.shrink_splits = choice.shrink_launch ? choice.shrink_launch->splits : 1;
+  impl->params.shrink_splits = choice.shrink_splits;
   impl->params.grouped = choice.grouped;
   impl->grouped_index_override = internals.grouped_index;
   impl->x = x;

@@ -1,0 +1,230 @@
+// Selection and forcing of the specialized variant (spec §7, §10 rule 15): SM90 stays generic
+// until measured, the forced variant's attributes, its refusals, and the CPU backend's bits.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bgmv/bgmv_case.h"
+#include "bgmv/plan.h"
+#include "bgmv/plan_impl.h"
+#include "cakemoe/bgmv.h"
+#include "cakemoe/errors.h"
+
+namespace cakemoe {
+namespace bgmv {
+namespace {
+
+ProblemDesc special_desc(int64_t tokens, int64_t top_k, int64_t hidden, int64_t rank) {
+  ProblemDesc d;
+  d.num_tokens = tokens;
+  d.num_pairs = tokens * top_k;
+  d.hidden = hidden;
+  d.rank = rank;
+  d.num_loras = 8;
+  d.num_experts = 128;
+  d.arch = Arch::kSm90a;
+  d.num_sms = 132;
+  d.specialized_built = true;
+  d.fused_blocks_per_sm = 5;
+  return d;
+}
+
+ProblemDesc forced(ProblemDesc d, int schedule = -1) {
+  d.variant_override = 1;
+  d.schedule_override = schedule;
+  return d;
+}
+
+template <typename Error>
+void expect_refused(const ProblemDesc& d, const std::string& argument, const std::string& what) {
+  try {
+    choose_cake_plan(d);
+    ADD_FAILURE() << "expected an error naming " << argument << ": " << what;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), argument) << what << ": " << e.what();
+  }
+}
+
+TEST(BgmvPlanSpecialized, Sm90StaysGenericUntilMeasured) {
+  for (int64_t h : {2688, 3072}) {
+    for (int64_t t : {1, 4, 8, 32, 256, 512, 1024, 2048, 4096}) {
+      EXPECT_EQ(select_variant(t, h, 32, Arch::kSm90a, true), Variant::kGeneric) << h << " " << t;
+      EXPECT_EQ(choose_cake_plan(special_desc(t, 2, h, 32)).variant, Variant::kGeneric);
+    }
+  }
+  EXPECT_TRUE(is_specialized_shape(2688, 32));
+  EXPECT_TRUE(is_specialized_shape(3072, 32));
+  EXPECT_FALSE(is_specialized_shape(3072, 16));
+  EXPECT_FALSE(is_specialized_shape(4096, 32));
+  // Blackwell keeps spec §7's window; the generic override wins there.
+  ProblemDesc bw = special_desc(256, 2, 3072, 32);
+  bw.arch = Arch::kSm100a;
+  EXPECT_EQ(choose_cake_plan(bw).variant, Variant::kSpecialized);
+  bw.variant_override = 0;
+  EXPECT_EQ(choose_cake_plan(bw).variant, Variant::kGeneric);
+}
+
+TEST(BgmvPlanSpecialized, ForcedAttributes) {
+  for (int64_t h : {2688, 3072}) {
+    for (int64_t t : {1, 4, 8, 32, 512, 1024, 2048}) {
+      const ProblemDesc d = special_desc(t, 2, h, 32);
+      const PlanChoice g = choose_cake_plan(d);
+      const PlanChoice s = choose_cake_plan(forced(d));
+      const std::string at = "H=" + std::to_string(h) + " T=" + std::to_string(t);
+      EXPECT_EQ(s.variant, Variant::kSpecialized) << at;
+      EXPECT_EQ(s.schedule_id, select_specialized_schedule(t, h)) << at;
+      EXPECT_FALSE(s.shrink_launch.has_value()) << at;  // spec §1: None for specialized
+      EXPECT_EQ(s.pdl_mode, 0) << at;                   // spec §4.4
+      EXPECT_FALSE(s.grouped || s.order_remap || s.fused_decode) << at;
+      // Same splits as the generic plan (same bits); kernels chain with the generic PDL mode.
+      EXPECT_EQ(s.shrink_splits, select_generic_shrink(2 * t, 32, h, Arch::kSm90a).splits) << at;
+      EXPECT_EQ(s.launch_pdl_mode, select_pdl_mode(Variant::kGeneric, t, h, Arch::kSm90a, 132));
+      EXPECT_EQ(g.shrink_splits, g.shrink_launch->splits) << at;
+      EXPECT_EQ(g.launch_pdl_mode, g.pdl_mode) << at;
+    }
+  }
+  EXPECT_EQ(choose_cake_plan(forced(special_desc(4, 2, 3072, 32))).shrink_splits, 3);
+  EXPECT_EQ(choose_cake_plan(forced(special_desc(8, 2, 3072, 32))).shrink_splits, 2);
+  for (int schedule : {0, 1, 2}) {
+    EXPECT_EQ(choose_cake_plan(forced(special_desc(64, 8, 2688, 32), schedule)).schedule_id,
+              schedule);
+  }
+  std::ostringstream os;
+  os << choose_cake_plan(forced(special_desc(1024, 2, 3072, 32)));
+  EXPECT_NE(os.str().find("variant=specialized"), std::string::npos) << os.str();
+  EXPECT_NE(os.str().find("schedule_id=2"), std::string::npos) << os.str();
+}
+
+TEST(BgmvPlanSpecialized, ForcedRefusals) {
+  expect_refused<InvalidArgument>(forced(special_desc(8, 2, 4096, 32)), "variant", "hidden 4096");
+  expect_refused<InvalidArgument>(forced(special_desc(8, 2, 3072, 16)), "variant", "rank 16");
+  expect_refused<InvalidArgument>(forced(special_desc(8, 2, 2688, 64)), "variant", "rank 64");
+  ProblemDesc d = forced(special_desc(1024, 2, 3072, 32));
+  d.grouped = true;
+  expect_refused<InvalidArgument>(d, "grouped", "grouped forced");
+  d = forced(special_desc(4, 2, 3072, 32));
+  d.fused_decode = true;
+  expect_refused<InvalidArgument>(d, "fused_decode", "fused decode forced");
+  d = forced(special_desc(512, 2, 2688, 32));
+  d.order_remap = true;
+  expect_refused<InvalidArgument>(d, "order_remap", "spec §10 rule 15");
+  d = forced(special_desc(512, 2, 2688, 32));
+  d.specialized_built = false;
+  expect_refused<Unsupported>(d, "variant", "unit not built");
+  expect_refused<InvalidArgument>(forced(special_desc(8, 2, 3072, 32), 3), "schedule_id",
+                                  "schedule 3");
+  d = special_desc(8, 2, 3072, 32);
+  d.schedule_override = 1;
+  expect_refused<InvalidArgument>(d, "schedule_id", "schedule on a generic plan");
+  d = special_desc(8, 2, 3072, 32);
+  d.variant_override = 2;
+  expect_refused<InvalidArgument>(d, "variant", "override 2");
+  // grouped=false / fused_decode=false / order_remap=false are no conflict.
+  d = forced(special_desc(8, 2, 3072, 32));
+  d.grouped = false;
+  d.fused_decode = false;
+  d.order_remap = false;
+  EXPECT_EQ(choose_cake_plan(d).variant, Variant::kSpecialized);
+}
+
+/// A CPU plan of `c` with the given internals.
+BgmvPlan prepare_cpu(bgmv_test::Case& c, const detail::PrepareInternals& internals,
+                     const BgmvOptions& options = BgmvOptions()) {
+  return BgmvPlan(detail::prepare_impl(c.x_view(), c.a_views(), c.b_views(), c.sorted_view(),
+                                       c.experts_view(), c.lora_view(), c.weights_view(),
+                                       c.spec.experts, options, internals));
+}
+
+std::vector<float> y_of(BgmvPlan& plan) {
+  plan.run(nullptr);
+  const TensorView y = plan.y_accum();
+  return std::vector<float>(y.ptr<float>(), y.ptr<float>() + y.numel());
+}
+
+// The CPU backend reports the forced choice and runs the canonical order with the generic
+// splits, so a forced specialized plan gives the generic plan's bits.
+TEST(BgmvPlanSpecialized, CpuBackendForcedSameBitsAsGeneric) {
+  for (int64_t t : {4, 40}) {
+    bgmv_test::CaseSpec spec;
+    spec.hidden = 2688;
+    spec.rank = 32;
+    spec.tokens = t;
+    spec.top_k = 2;
+    spec.experts = 16;
+    bgmv_test::Case c = bgmv_test::make_case(spec);
+    detail::PrepareInternals special;
+    special.variant_override = 1;
+    BgmvPlan s = prepare_cpu(c, special);
+    BgmvPlan g = prepare_cpu(c, detail::PrepareInternals());
+    EXPECT_EQ(s.variant(), "specialized");
+    EXPECT_EQ(g.variant(), "generic");
+    EXPECT_FALSE(s.shrink_launch().has_value());
+    EXPECT_EQ(s.pdl_mode(), 0);
+    EXPECT_EQ(s.schedule_id(), select_specialized_schedule(t, 2688));
+    EXPECT_EQ(y_of(s), y_of(g)) << "T=" << t;
+    special.specialized_schedule = 2;
+    EXPECT_EQ(prepare_cpu(c, special).schedule_id(), 2);
+  }
+  bgmv_test::CaseSpec other;
+  other.hidden = 2048;
+  other.rank = 32;
+  bgmv_test::Case c = bgmv_test::make_case(other);
+  detail::PrepareInternals special;
+  special.variant_override = 1;
+  try {
+    prepare_cpu(c, special);
+    ADD_FAILURE() << "expected InvalidArgument(variant) for hidden 2048";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), "variant");
+  }
+}
+
+// CAKEMOE_BGMV_VARIANT: "specialized" takes the specialized variant wherever it can run and
+// leaves other shapes generic; "generic" turns it off; PrepareInternals wins; a typo raises.
+TEST(BgmvPlanSpecialized, EnvironmentVariable) {
+  bgmv_test::CaseSpec spec;
+  spec.hidden = 3072;
+  spec.rank = 32;
+  spec.tokens = 8;
+  spec.experts = 16;
+  bgmv_test::Case special_case = bgmv_test::make_case(spec);
+  spec.hidden = 2048;
+  bgmv_test::Case other_case = bgmv_test::make_case(spec);
+  const auto variant = [](bgmv_test::Case& c, int override_value, std::optional<bool> grouped) {
+    detail::PrepareInternals internals;
+    internals.variant_override = override_value;
+    BgmvOptions o;
+    o.grouped = grouped;
+    return prepare_cpu(c, internals, o).variant();
+  };
+  ::setenv("CAKEMOE_BGMV_VARIANT", "specialized", 1);
+  const std::string env_special = variant(special_case, -1, std::nullopt);
+  const std::string env_other = variant(other_case, -1, std::nullopt);
+  const std::string env_grouped = variant(special_case, -1, true);
+  const std::string env_internal = variant(special_case, 0, std::nullopt);
+  ::setenv("CAKEMOE_BGMV_VARIANT", "generic", 1);
+  const std::string env_generic = variant(special_case, -1, std::nullopt);
+  ::setenv("CAKEMOE_BGMV_VARIANT", "fast", 1);
+  std::string typo_argument;
+  try {
+    variant(special_case, -1, std::nullopt);
+  } catch (const InvalidArgument& e) {
+    typo_argument = e.argument();
+  }
+  ::unsetenv("CAKEMOE_BGMV_VARIANT");
+  EXPECT_EQ(env_special, "specialized");
+  EXPECT_EQ(env_other, "generic");
+  EXPECT_EQ(env_grouped, "generic");
+  EXPECT_EQ(env_internal, "generic");
+  EXPECT_EQ(env_generic, "generic");
+  EXPECT_EQ(typo_argument, "CAKEMOE_BGMV_VARIANT");
+  EXPECT_EQ(variant(special_case, -1, std::nullopt), "generic");
+}
+
+}  // namespace
+}  // namespace bgmv
+}  // namespace cakemoe
