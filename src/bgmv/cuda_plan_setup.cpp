@@ -1,7 +1,9 @@
 // Prepare-time setup of CUDA plans (spec bgmv §1, §5, §6, §8, §9): device facts, device
 // workspaces, and the launch operands of the chosen sequence. Runs once per plan; may allocate
 // and synchronise (run() never does).
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -85,9 +87,22 @@ void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
   cp = cake_params(impl);
 }
 
+// CAKEMOE_BGMV_GROUPED_STAGE=0|1|2|3 replaces the grouped shrink's form (A/B runs of the
+// benchmark; the bits do not depend on it). 1 and 2 are capped at the largest staging that fits
+// H (their shared memory grows with it); 3, the ring, fits every H.
+int grouped_stage_from_env(int chosen, int64_t num_pairs, int64_t hidden) {
+  const char* env = std::getenv("CAKEMOE_BGMV_GROUPED_STAGE");
+  if (env == nullptr || env[0] < '0' || env[0] > '3' || env[1] != '\0') return chosen;
+  const int forced = env[0] - '0';
+  if (forced == 3) return 3;
+  return std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
+}
+
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
-  const GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override);
+  GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
+                                         s.num_loras * s.num_experts);
+  geo.stage = grouped_stage_from_env(geo.stage, s.num_pairs, s.hidden);
   const GroupedWorkspace gw =
       grouped_workspace(s.num_pairs, s.num_tokens, s.num_loras, s.num_experts, s.hidden);
   impl.group_workspace = device_zeros({gw.int_words}, DType::kInt32, s.device);

@@ -1,11 +1,12 @@
 // Grouped pipeline compute stages (spec bgmv §5): grouped shrink (A rows read once per part of
 // 4 routes of one bin, canonical per-route FP32 order of §3.2 -> rows bitwise equal to the
-// per-route shrink), grouped expand (B rows read once per tile of <= 16 routes; unweighted
+// per-route shrink) and grouped expand (B rows read once per tile of <= 16 routes; unweighted
 // per-route partials), combine (weights applied per route in ascending pair order; the
 // reference::bgmv grouped order, docs/decisions/bgmv.md).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "bgmv/grouped_index.cuh"
 
@@ -13,18 +14,68 @@ namespace cakemoe {
 namespace bgmv {
 namespace grouped {
 
-constexpr int kShrinkThreads = 128;
-constexpr int kShrinkTileK = 1024;  // 128 threads x 8 elements
-constexpr int kRankTile = 8;
+constexpr int kShrinkThreads = kGroupShrinkThreads;
+constexpr int kShrinkTileK = kGroupShrinkTileK;
+constexpr int kRankTile = kGroupRankTile;
+
+/// Waits until this thread's cp.async groups up to `pending` from the newest have landed
+/// (`pending` past 7 waits for more than needed: groups complete in order).
+CAKEMOE_DEVICE void cp_async_wait_upto(int pending) {
+  switch (pending) {
+    case 0: dev::cp_async_wait<0>(); break;
+    case 1: dev::cp_async_wait<1>(); break;
+    case 2: dev::cp_async_wait<2>(); break;
+    case 3: dev::cp_async_wait<3>(); break;
+    case 4: dev::cp_async_wait<4>(); break;
+    case 5: dev::cp_async_wait<5>(); break;
+    case 6: dev::cp_async_wait<6>(); break;
+    default: dev::cp_async_wait<7>(); break;
+  }
+}
+
+/// One k tile of the shrink for the first kN routes of a part: acc[i][r] += x_i . a_r over this
+/// thread's 8 elements in ascending order (spec §3.2). kN is compile-time so the loads and FMAs of
+/// the whole tile schedule freely (no per-route branch).
+template <int kN, typename LoadX, typename LoadA>
+CAKEMOE_DEVICE void shrink_tile(const LoadX& load_x, const LoadA& load_a,
+                                float (&acc)[kGroupShrinkPart][kRankTile]) {
+  float xv[kN][8];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) load_x(i, xv[i]);
+#pragma unroll
+  for (int r = 0; r < kRankTile; ++r) {
+    float av[8];
+    load_a(r, av);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[i][r] = fmaf(xv[i][e], av[e], acc[i][r]);
+    }
+  }
+}
+
+template <typename LoadX, typename LoadA>
+CAKEMOE_DEVICE void shrink_tile_n(int n, const LoadX& load_x, const LoadA& load_a,
+                                  float (&acc)[kGroupShrinkPart][kRankTile]) {
+  switch (n) {
+    case 1: shrink_tile<1>(load_x, load_a, acc); break;
+    case 2: shrink_tile<2>(load_x, load_a, acc); break;
+    case 3: shrink_tile<3>(load_x, load_a, acc); break;
+    default: shrink_tile<4>(load_x, load_a, acc); break;
+  }
+}
 
 /// grid (max_tiles, R / 8) x 128: the shrink rows of one tile (<= 16 routes of one bin) for 8
 /// rank rows, in parts of 4 routes (32 accumulators per thread). kStage 1: the 8 x H block of A is
-/// copied into dynamic shared memory once (cp.async, all of it in flight from the CTA's first
-/// instructions) and every part reads it there; kStage 2: also the x rows of the first part,
-/// whose addresses are found while A is in flight. kStage 0: parts after the first re-read A
-/// through L1/L2. The arithmetic is the same in every form.
+/// copied into dynamic shared memory once and every part reads it there; kStage 2: also the x
+/// rows of the first part. The copy is thread-private (each thread copies the 16-byte vectors it
+/// later reads: vector k-tile t, lane tid) and committed one group per k tile, so tile 0's
+/// arithmetic runs while later tiles are in flight, with no barrier. kStage 0: parts after the
+/// first re-read A through L1/L2. The arithmetic is the same in every form.
 template <bool kBf16, int kStage>
-__global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_kernel(GroupedParams p) {
+// NOTE: 3 CTAs per SM is what the staged forms' shared memory allows; the bound lets ptxas use up to
+// 170 registers instead of spilling at 128.
+__global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(GroupedParams p) {
   extern __shared__ uint4 stage_vec[];
   __shared__ float red[4][kGroupShrinkPart][kRankTile];
   dev::pdl_wait();  // the index is complete
@@ -36,17 +87,9 @@ __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_kernel(GroupedP
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rank_block = blockIdx.y;
   const int64_t h = p.hidden;
-  const int row_vectors = static_cast<int>(h / 8);
+  const int tiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
   const uint16_t* a_global = static_cast<const uint16_t*>(p.lora_a) +
                              (static_cast<int64_t>(bin) * p.rank + rank_block * kRankTile) * h;
-  const uint16_t* a = a_global;
-  if constexpr (kStage >= 1) {
-    const uint4* src = reinterpret_cast<const uint4*>(a_global);
-    for (int v = tid; v < kRankTile * row_vectors; v += kShrinkThreads) {
-      dev::cp_async16(&stage_vec[v], src + v, true);
-    }
-    a = reinterpret_cast<const uint16_t*>(stage_vec);
-  }
   const int first_part = min(kGroupShrinkPart, routes);
   const uint16_t* x_first[kGroupShrinkPart];
 #pragma unroll
@@ -54,32 +97,36 @@ __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_kernel(GroupedP
     const int pair = w.sorted_routes[first + min(i, first_part - 1)];
     x_first[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
   }
-  if constexpr (kStage == 2) {
-    uint4* x_stage = stage_vec + kRankTile * row_vectors;
-    for (int i = 0; i < first_part; ++i) {
-      const uint4* src = reinterpret_cast<const uint4*>(x_first[i]);
-      for (int v = tid; v < row_vectors; v += kShrinkThreads) {
-        dev::cp_async16(&x_stage[i * row_vectors + v], src + v, true);
+  // Staged vector (row, t) of this thread: stage_vec[(t * rows + row) * 128 + tid], rows = A's 8
+  // then (kStage 2) the first part's x rows.
+  constexpr int kRows = kRankTile + (kStage == 2 ? kGroupShrinkPart : 0);
+  if constexpr (kStage >= 1) {
+    for (int t = 0; t < tiles; ++t) {
+      const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
+      if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
+        uint4* dst = stage_vec + static_cast<int64_t>(t) * kRows * kShrinkThreads + tid;
+#pragma unroll
+        for (int r = 0; r < kRankTile; ++r) {
+          dev::cp_async16(dst + r * kShrinkThreads, a_global + r * h + k0, true);
+        }
+        if constexpr (kStage == 2) {
+          for (int i = 0; i < first_part; ++i) {
+            dev::cp_async16(dst + (kRankTile + i) * kShrinkThreads, x_first[i] + k0, true);
+          }
+        }
       }
-      x_first[i] = reinterpret_cast<const uint16_t*>(x_stage + i * row_vectors);
+      dev::cp_async_commit();
     }
   }
-  if constexpr (kStage >= 1) {
-    dev::cp_async_commit();
-    dev::cp_async_wait<0>();
-    __syncthreads();
-  }
-  const int tiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
   const int tiles_per_split = (tiles + p.splits - 1) / p.splits;
   for (int part = 0; part < routes; part += kGroupShrinkPart) {
     const int n = min(kGroupShrinkPart, routes - part);
     const uint16_t* xs[kGroupShrinkPart];
-    int pairs[kGroupShrinkPart];
 #pragma unroll
     for (int i = 0; i < kGroupShrinkPart; ++i) {
-      pairs[i] = w.sorted_routes[first + part + min(i, n - 1)];
+      const int pair = w.sorted_routes[first + part + min(i, n - 1)];
       xs[i] = part == 0 ? x_first[i]
-                        : static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pairs[i]] * h;
+                        : static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
     }
     float total = 0.0f;  // owned by thread i * 8 + r < 32
     for (int z = 0; z < p.splits; ++z) {
@@ -92,35 +139,40 @@ __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_kernel(GroupedP
       }
       for (int t = t0; t < t1; ++t) {
         const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-        if (k0 >= h) continue;  // H % 8 == 0: a vector is wholly inside or outside
-        float av[kRankTile][8];
-#pragma unroll
-        for (int r = 0; r < kRankTile; ++r) load8<kBf16>(a + r * h + k0, av[r]);
-#pragma unroll
-        for (int i = 0; i < kGroupShrinkPart; ++i) {
-          if (i >= n) break;
-          float xv[8];
-          load8<kBf16>(xs[i] + k0, xv);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-#pragma unroll
-            for (int r = 0; r < kRankTile; ++r) acc[i][r] = fmaf(xv[e], av[r][e], acc[i][r]);
-          }
+        if (k0 >= h) continue;
+        const uint4* staged = stage_vec + static_cast<int64_t>(t) * kRows * kShrinkThreads + tid;
+        if constexpr (kStage >= 1) {
+          if (part == 0) cp_async_wait_upto(tiles - 1 - t);
         }
+        const auto load_x = [&](int i, float* out) {
+          if (kStage == 2 && part == 0) {
+            dev::unpack8<!kBf16>(staged[(kRankTile + i) * kShrinkThreads], out);
+          } else {
+            load8<kBf16>(xs[i] + k0, out);
+          }
+        };
+        const auto load_a = [&](int r, float* out) {
+          if constexpr (kStage >= 1) {
+            dev::unpack8<!kBf16>(staged[r * kShrinkThreads], out);
+          } else {
+            load8<kBf16>(a_global + r * h + k0, out);
+          }
+        };
+        shrink_tile_n(n, load_x, load_a, acc);
       }
       // Warp XOR butterflies (16 .. 1), then warp sums in warp order from 0.0f (spec §3.2).
 #pragma unroll
       for (int i = 0; i < kGroupShrinkPart; ++i) {
+        if (i < n) {  // CTA-uniform
 #pragma unroll
-        for (int r = 0; r < kRankTile; ++r) {
-          float v = acc[i][r];
-#pragma unroll
-          for (int off = 16; off >= 1; off /= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, off);
-          if (lane == 0) red[warp][i][r] = v;
+          for (int r = 0; r < kRankTile; ++r) {
+            const float v = dev::warp_butterfly(acc[i][r]);
+            if (lane == 0) red[warp][i][r] = v;
+          }
         }
       }
       __syncthreads();
-      if (tid < kGroupShrinkPart * kRankTile) {
+      if (tid < n * kRankTile) {
         const int i = tid / kRankTile, r = tid % kRankTile;
         float sum = 0.0f;
         for (int wi = 0; wi < 4; ++wi) sum = sum + red[wi][i][r];
@@ -128,14 +180,97 @@ __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_kernel(GroupedP
       }
       __syncthreads();
     }
-    if (tid < kGroupShrinkPart * kRankTile) {
+    if (tid < n * kRankTile) {
       const int i = tid / kRankTile, r = tid % kRankTile;
-      if (i < n) {
-        uint16_t* out = static_cast<uint16_t*>(p.shrink_out);
-        out[static_cast<int64_t>(pairs[i]) * p.rank + rank_block * kRankTile + r] =
-            narrow<kBf16>(total);
-      }
+      const uint16_t bits = narrow<kBf16>(total);
+      const int column = rank_block * kRankTile + r;
+      const int64_t pair = w.sorted_routes[first + part + i];
+      static_cast<uint16_t*>(p.shrink_out)[pair * p.rank + column] = bits;
     }
+  }
+}
+
+/// Shared memory of one token's combine: its route list in ascending pair order and weights.
+struct CombineSmem {
+  int list[kGroupExpandCols];
+  float weight[kGroupExpandCols];
+  int warp_counts[kGroupExpandCols / 32];
+};
+
+/// y[t, c] for this thread's columns c = c_begin + kVec * tid (+ kVec * 256 j) < c_end: the fma
+/// chain of partial * weight over the token's `count` routes in ascending pair order from 0
+/// (reference::bgmv's grouped order). Every thread of the 256-thread block must call it.
+template <int kVec>
+CAKEMOE_DEVICE void combine_token(const GroupedParams& p, const GroupedWs& w, int t, int count,
+                                  int c_begin, int c_end, CombineSmem& s) {
+  static_assert(kVec == 1 || kVec == 4, "combine columns per thread: 1 or 4");
+  const int tid = threadIdx.x;
+  const int64_t h = p.hidden;
+  float* y = p.y + static_cast<int64_t>(t) * p.y_row_stride;
+  using Vec = typename std::conditional<kVec == 4, float4, float>::type;
+  const auto accumulate = [&](int n, int c, float* acc) {
+    for (int j = 0; j < n; ++j) {
+      const Vec v = *reinterpret_cast<const Vec*>(p.partials + s.list[j] * h + c);
+      const float* vf = reinterpret_cast<const float*>(&v);
+      const float wj = s.weight[j];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[e] = fmaf(vf[e], wj, acc[e]);
+    }
+  };
+  const auto store = [&](int c, const float* acc) {
+    if constexpr (kVec == 4) {
+      *reinterpret_cast<float4*>(y + c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    } else {
+      y[c] = acc[0];
+    }
+  };
+  constexpr int kStep = kVec * kGroupExpandCols;
+  if (count <= kGroupTokenSlots) {
+    // Sort the (unordered) slots ascending: each slot's rank = number of smaller pair ids.
+    if (tid < count) {
+      const int mine = w.token_slots[t * kGroupTokenSlots + tid];
+      int rank = 0;
+      for (int j = 0; j < count; ++j) rank += w.token_slots[t * kGroupTokenSlots + j] < mine;
+      s.list[rank] = mine;
+      s.weight[rank] = p.topk_weights[mine];
+    }
+    __syncthreads();
+    for (int c = c_begin + kVec * tid; c < c_end; c += kStep) {
+      float acc[kVec] = {};
+      accumulate(count, c, acc);
+      store(c, acc);
+    }
+    return;
+  }
+  // More than 16 routes: exact scan of all pairs, compacted in ascending order per chunk of 256,
+  // once per column step.
+  const int lane = tid & 31, warp = tid >> 5;
+  for (int c0 = c_begin; c0 < c_end; c0 += kStep) {
+    const int c = c0 + kVec * tid;
+    float acc[kVec] = {};
+    for (int base = 0; base < p.num_pairs; base += kGroupExpandCols) {
+      const int i = base + tid;
+      const bool mine = i < p.num_pairs && p.sorted_token_ids[i] == t &&
+                        route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i, p.num_tokens,
+                                  p.num_loras, p.num_experts) >= 0;
+      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, mine);
+      if (lane == 0) s.warp_counts[warp] = __popc(ballot);
+      __syncthreads();
+      int offset = 0, chunk_count = 0;
+      for (int wi = 0; wi < kGroupExpandCols / 32; ++wi) {
+        if (wi < warp) offset += s.warp_counts[wi];
+        chunk_count += s.warp_counts[wi];
+      }
+      if (mine) {
+        const int at = offset + __popc(ballot & ((1u << lane) - 1u));
+        s.list[at] = i;
+        s.weight[at] = p.topk_weights[i];
+      }
+      __syncthreads();
+      if (c < c_end) accumulate(chunk_count, c, acc);
+      __syncthreads();
+    }
+    if (c < c_end) store(c, acc);
   }
 }
 
@@ -184,87 +319,19 @@ __global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(Groupe
       lanes[g] = part;
     }
     // Lane 0 of the XOR butterfly (offsets G/2 .. 1): lanes >= off mirror lanes < off.
-#pragma unroll
-    for (int off = kGroups / 2; off >= 1; off /= 2) {
-#pragma unroll
-      for (int g = 0; g < off; ++g) lanes[g] = lanes[g] + lanes[g + off];
-    }
-    p.partials[static_cast<int64_t>(spair[i]) * p.hidden + c] = lanes[0];
+    p.partials[static_cast<int64_t>(spair[i]) * p.hidden + c] = dev::butterfly_lane0<kGroups>(lanes);
   }
 }
 
 /// grid T x 256: one token per CTA, all its columns (4 per thread per step, float4 loads of the
-/// partials): y[t, c] = fma chain of partial * weight over the token's routes in ascending pair
-/// order from 0 (reference::bgmv's grouped order); 0 for tokens without routes or LoRA.
+/// partials); y = 0 for tokens without routes or LoRA.
 template <int kUnused = 0>
-__global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(GroupedParams p) {
-  __shared__ int list[kGroupCombineThreads];
-  __shared__ float weight[kGroupCombineThreads];
-  __shared__ int warp_counts[kGroupCombineThreads / 32];
+__global__ void __launch_bounds__(kGroupExpandCols) group_combine_kernel(GroupedParams p) {
+  __shared__ CombineSmem smem;
   dev::pdl_wait();
   const GroupedWs w = grouped_ws(p);
-  const int t = blockIdx.x, tid = threadIdx.x;
-  const int h = p.hidden;
-  const int count = w.token_count[t];
-  float* y = p.y + static_cast<int64_t>(t) * p.y_row_stride;
-  const auto accumulate = [&](int n, int c, float4& acc) {
-    for (int j = 0; j < n; ++j) {
-      const float4 v =
-          *reinterpret_cast<const float4*>(p.partials + static_cast<int64_t>(list[j]) * h + c);
-      const float wj = weight[j];
-      acc.x = fmaf(v.x, wj, acc.x);
-      acc.y = fmaf(v.y, wj, acc.y);
-      acc.z = fmaf(v.z, wj, acc.z);
-      acc.w = fmaf(v.w, wj, acc.w);
-    }
-  };
-  if (count <= kGroupTokenSlots) {
-    // Sort the (unordered) slots ascending: each slot's rank = number of smaller pair ids.
-    if (tid < count) {
-      const int mine = w.token_slots[t * kGroupTokenSlots + tid];
-      int rank = 0;
-      for (int j = 0; j < count; ++j) rank += w.token_slots[t * kGroupTokenSlots + j] < mine;
-      list[rank] = mine;
-      weight[rank] = p.topk_weights[mine];
-    }
-    __syncthreads();
-    for (int c = 4 * tid; c < h; c += 4 * kGroupCombineThreads) {
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      accumulate(count, c, acc);
-      *reinterpret_cast<float4*>(y + c) = acc;
-    }
-    return;
-  }
-  // More than 16 routes: exact scan of all pairs, compacted in ascending order per chunk of 256,
-  // once per column step.
-  const int lane = tid & 31, warp = tid >> 5;
-  for (int c0 = 0; c0 < h; c0 += 4 * kGroupCombineThreads) {
-    const int c = c0 + 4 * tid;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int base = 0; base < p.num_pairs; base += kGroupCombineThreads) {
-      const int i = base + tid;
-      const bool mine = i < p.num_pairs && p.sorted_token_ids[i] == t &&
-                        route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i, p.num_tokens,
-                                  p.num_loras, p.num_experts) >= 0;
-      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, mine);
-      if (lane == 0) warp_counts[warp] = __popc(ballot);
-      __syncthreads();
-      int offset = 0, chunk_count = 0;
-      for (int wi = 0; wi < kGroupCombineThreads / 32; ++wi) {
-        if (wi < warp) offset += warp_counts[wi];
-        chunk_count += warp_counts[wi];
-      }
-      if (mine) {
-        const int at = offset + __popc(ballot & ((1u << lane) - 1u));
-        list[at] = i;
-        weight[at] = p.topk_weights[i];
-      }
-      __syncthreads();
-      if (c < h) accumulate(chunk_count, c, acc);
-      __syncthreads();
-    }
-    if (c < h) *reinterpret_cast<float4*>(y + c) = acc;
-  }
+  const int t = blockIdx.x;
+  combine_token<4>(p, w, t, w.token_count[t], 0, p.hidden, smem);
 }
 
 }  // namespace grouped

@@ -40,11 +40,12 @@ struct GroupedParams {
   int hist_ctas = 1;
   int max_tiles = 1;
   int fused_index = 0;  ///< 1: one-CTA index kernel
-  int stage = 0;        ///< grouped shrink staging: 0 none, 1 A's 8 x H block, 2 A + first x rows
+  int stage = 0;  ///< grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows, 3 ring
   int pdl = 0;          ///< 1: every stage after the first is a programmatic dependent
 };
 
-/// Enqueues group_hist, group_scan, group_scatter, grouped shrink, grouped expand, combine.
+/// Enqueues the index (one CTA, or group_hist, group_scan, group_scatter), the grouped shrink, the
+/// grouped expand and the combine.
 using GroupedLauncher = void (*)(const GroupedParams& params, void* stream);
 
 /// Order-remap prologue operands (spec §6): one CTA writes `order[P]`, the pairs stably sorted
@@ -71,7 +72,19 @@ constexpr int kGroupTokenSlots = 16;
 constexpr int kGroupIndexThreads = 1024;         ///< one-CTA index kernel
 constexpr int kGroupFusedIndexMaxPairs = 16384;  ///< key[P] in its shared memory
 constexpr int kGroupIndexSmemTokens = 16384;     ///< token counts in its shared memory
-constexpr int kGroupCombineThreads = 256;
+constexpr int kGroupShrinkThreads = 128;
+constexpr int kGroupShrinkTileK = 1024;  ///< hidden elements per shrink k tile (128 threads x 8)
+constexpr int kGroupRankTile = 8;        ///< shrink rank rows per CTA
+
+/// Bytes of one 16-bit row as the grouped shrink stages it: whole k tiles, each thread's vectors
+/// where only it reads them (no barrier between the copy and the arithmetic).
+constexpr int64_t grouped_stage_row_bytes(int64_t hidden) {
+  return (hidden + kGroupShrinkTileK - 1) / kGroupShrinkTileK * kGroupShrinkTileK * 2;
+}
+/// Column blocks of the grouped expand.
+constexpr int64_t grouped_expand_col_blocks(int64_t hidden) {
+  return (hidden + kGroupExpandCols - 1) / kGroupExpandCols;
+}
 constexpr int kOrderBuildThreads = 1024;
 constexpr int kOrderBuildMaxPairs = 4096;
 

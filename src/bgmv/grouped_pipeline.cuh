@@ -7,9 +7,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "bgmv/grouped_compute.cuh"
+#include "bgmv/grouped_shrink_ring.cuh"
 #include "cakemoe/errors.h"
 #include "core/cuda_check.h"
 
@@ -30,13 +32,31 @@ inline void launch_stage(void (*kernel)(GroupedParams), dim3 grid, int threads, 
   dev::launch_pdl(kernel, grid, dim3(threads), smem, stream, dependent, p);
 }
 
+/// The persistent ring shrink: as many CTAs as fit on the device at once (at most one per item).
+/// The occupancy query is not a stream operation (legal inside a capture).
+template <bool kBf16>
+void launch_ring_shrink(const GroupedParams& p, cudaStream_t stream) {
+  const auto kernel = grouped_shrink_ring_kernel<kBf16>;
+  const size_t smem = static_cast<size_t>(kRingSmemBytes);
+  CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+  int device = 0, sms = 0, per_sm = 0;
+  CAKEMOE_CUDA_CHECK(cudaGetDevice(&device));
+  CAKEMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CAKEMOE_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kShrinkThreads, smem));
+  const int64_t items = static_cast<int64_t>(p.max_tiles) * (p.rank / kRankTile);
+  const int64_t ctas = std::min<int64_t>(items, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
+  launch_stage(kernel, dim3(static_cast<unsigned>(ctas)), kShrinkThreads, smem, p.pdl != 0, stream,
+               p);
+}
+
 template <bool kBf16, int kRank>
 void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
   const bool pdl = p.pdl != 0;
-  const dim3 grid(p.max_tiles, (p.hidden + kGroupExpandCols - 1) / kGroupExpandCols);
+  const dim3 grid(p.max_tiles, static_cast<unsigned>(grouped_expand_col_blocks(p.hidden)));
   launch_stage(grouped_expand_kernel<kBf16, kRank>, grid, kGroupExpandCols, 0, pdl, stream, p);
-  launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, pdl, stream,
-               p);
+  launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupExpandCols, 0, pdl, stream, p);
 }
 
 template <bool kBf16>
@@ -60,7 +80,7 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
                  stream, p);
   }
   const dim3 shrink_grid(p.max_tiles, p.rank / kRankTile);
-  const size_t row_bytes = static_cast<size_t>(p.hidden) * sizeof(uint16_t);
+  const size_t row_bytes = static_cast<size_t>(grouped_stage_row_bytes(p.hidden));
   switch (p.stage) {
     case 0:
       launch_stage(grouped_shrink_kernel<kBf16, 0>, shrink_grid, kShrinkThreads, 0, pdl, stream, p);
@@ -73,9 +93,12 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
       launch_stage(grouped_shrink_kernel<kBf16, 2>, shrink_grid, kShrinkThreads,
                    (kRankTile + kGroupShrinkPart) * row_bytes, pdl, stream, p);
       break;
+    case 3:
+      launch_ring_shrink<kBf16>(p, stream);
+      break;
     default:
-      throw InvalidArgument("stage",
-                            "the grouped shrink stages 0, 1 or 2, got " + std::to_string(p.stage));
+      throw InvalidArgument("stage", "the grouped shrink stages 0, 1, 2 or 3 (ring), got " +
+                                         std::to_string(p.stage));
   }
   switch (p.rank) {
     case 8:

@@ -44,8 +44,13 @@ constexpr int64_t kGroupedMinWeightElems = 12288;
 constexpr int64_t kGroupedMinWeightElemsSub16 = 16384;
 constexpr int64_t kGroupedMaxTileRows = 65536;
 // Grouped GPU geometry (kernel limits from grouped_launch.h).
-constexpr int64_t kGroupStageXMaxBytes = 100 * 1024;  // A + 4 x rows: H <= 4266, >= 2 CTAs/SM
+// Staged rows are whole k tiles (grouped_stage_row_bytes).
+constexpr int64_t kGroupStageXMaxBytes = 100 * 1024;  // A + 4 x rows: H <= 4096, >= 2 CTAs/SM
 constexpr int64_t kGroupStageAMaxBytes = 112 * 1024;  // A alone: H <= 7168
+// From this many routes per bin (2+ parts per tile) A alone wins: a 4th CTA per SM beats staging
+// the first part's x (bench/results/2026-11-29_*_bgmv-grouped-stage.md: 2-5 % at k 6 / 8, T >= 1024;
+// A and x win by 1-3 % at 2-4 routes per bin).
+constexpr int64_t kGroupStageAMinRoutesPerBin = 6;
 constexpr int64_t kGroupAlignPadWords = 3;            // tile_info starts 16-byte aligned
 
 // cakemoe's SM90 grouped crossover (H200 measurements, bench/NOTES.md).
@@ -69,16 +74,27 @@ constexpr int64_t kSpecializedMinTokens = 32;
 constexpr int64_t kSpecializedMaxTokens = 1024;
 constexpr int kSpecializedSchedules = 3;
 
-/// Tokens [min_tokens, max_tokens] where the specialized body of `hidden` is chosen.
+/// Where the specialized body is chosen on SM90: tokens [min_tokens, max_tokens] and pairs
+/// [min_pairs, max_pairs] (the win depends on T * k, not on T alone).
 struct SpecializedWindow {
-  int64_t hidden;
   int64_t min_tokens;
   int64_t max_tokens;
+  int64_t min_pairs;
+  int64_t max_pairs;
 };
-// NOTE: SM90 specialized windows, to be filled from H200 measurements (bench_bgmv --specialized)
-// where the specialized body beats the generic default; empty: generic everywhere (spec §7).
-// Add rows as {hidden, min T, max T} and raise the array size to match.
-constexpr std::array<SpecializedWindow, 0> kSm90SpecializedWindows{};
+// SM90 windows from the H200 measurements of bench_bgmv --specialized
+// (bench/results/2026-11-29_3b10a19_bgmv-specialized.md; both hidden sizes alike): specialized
+// wins at decode (T <= 8, 1.03-1.29x, ahead of the fused decode path) and for T 32-512 at k 2 /
+// T 16-128 at k 8 (1.05-1.23x); it loses at T 16, k 2 (P 32: 0.90x) and from P 2048 on, where
+// the grouped pipeline wins (0.61-0.98x).
+constexpr std::array<SpecializedWindow, 2> kSm90SpecializedWindows{{
+    {1, 8, 1, 1024},
+    {9, 1024, 64, 1024},
+}};
+// SM90 schedules (same table): 256 columns from T 64 on, 64 columns below that at k >= 4,
+// 128 columns otherwise.
+constexpr int64_t kSm90DualColMinTokens = 64;
+constexpr int64_t kSm90T64MinTopK = 4;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -153,15 +169,15 @@ bool is_specialized_shape(int64_t hidden, int64_t rank) {
   return (hidden == 2688 || hidden == 3072) && rank == kSpecializedRank;
 }
 
-Variant select_variant(int64_t num_tokens, int64_t hidden, int64_t rank, Arch arch,
-                       bool specialized_built) {
-  // NOTE: spec §7 (newest JIT): [32, 1024] on Blackwell; SM90 by the measured table.
+Variant select_variant(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
+                       Arch arch, bool specialized_built) {
+  // NOTE: spec §7 (newest JIT): [32, 1024] tokens on Blackwell; SM90 by the measured windows.
   bool in_window = is_blackwell(arch) && num_tokens >= kSpecializedMinTokens &&
                    num_tokens <= kSpecializedMaxTokens;
   if (arch == Arch::kSm90a) {
     for (const SpecializedWindow& w : kSm90SpecializedWindows) {
-      in_window = in_window ||
-                  (w.hidden == hidden && num_tokens >= w.min_tokens && num_tokens <= w.max_tokens);
+      in_window = in_window || (num_tokens >= w.min_tokens && num_tokens <= w.max_tokens &&
+                                num_pairs >= w.min_pairs && num_pairs <= w.max_pairs);
     }
   }
   return specialized_built && is_specialized_shape(hidden, rank) && in_window
@@ -171,7 +187,11 @@ Variant select_variant(int64_t num_tokens, int64_t hidden, int64_t rank, Arch ar
 
 int select_generic_schedule(int64_t num_tokens) { return num_tokens <= 8 ? 0 : 1; }
 
-int select_specialized_schedule(int64_t num_tokens, int64_t hidden) {
+int select_specialized_schedule(int64_t num_tokens, int64_t num_pairs, int64_t hidden, Arch arch) {
+  if (arch == Arch::kSm90a) {
+    if (num_tokens >= kSm90DualColMinTokens) return 2;
+    return num_pairs >= kSm90T64MinTopK * num_tokens ? 0 : 1;
+  }
   if (num_tokens == 1 || num_tokens == 4 || num_tokens == 8) return 0;
   if (hidden == 3072 && (num_tokens == 512 || num_tokens == 1024)) return 2;
   if (hidden == 2688 && num_tokens == 1024) return 2;
@@ -298,7 +318,8 @@ RouteIndexLayout route_index_layout(int64_t num_tokens) {
   return l;
 }
 
-GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override) {
+GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override,
+                                 int64_t bins) {
   GroupedGeometry g;
   // NOTE: the one-CTA index's shared memory (2 bins + 1 + P + T ints, T counted up to 16384) is
   // at most 164 KB for bins <= 4096 and P <= 16384, so only P limits it.
@@ -309,8 +330,9 @@ GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_ov
   } else {
     g.fused_index = num_pairs <= kGroupFusedIndexMaxPairs;
   }
-  const int64_t row_bytes = hidden * 2;
-  if ((kRankTile + kGroupShrinkPart) * row_bytes <= kGroupStageXMaxBytes) {
+  const int64_t row_bytes = grouped_stage_row_bytes(hidden);
+  const bool many_parts = bins > 0 && num_pairs >= kGroupStageAMinRoutesPerBin * bins;
+  if ((kRankTile + kGroupShrinkPart) * row_bytes <= kGroupStageXMaxBytes && !many_parts) {
     g.stage = 2;
   } else if (kRankTile * row_bytes <= kGroupStageAMaxBytes) {
     g.stage = 1;
@@ -355,7 +377,13 @@ Variant choose_variant(const ProblemDesc& p) {
                 "the override must be -1 (select), 0 (generic) or 1 (specialized), got " +
                     std::to_string(p.variant_override));
   if (p.variant_override < 0) {
-    return select_variant(p.num_tokens, p.hidden, p.rank, p.arch, p.specialized_built);
+    // A pipeline forced on by the caller exists only in the generic variant: keep it.
+    if (p.grouped.value_or(false) || p.order_remap.value_or(false) ||
+        p.fused_decode.value_or(false)) {
+      return Variant::kGeneric;
+    }
+    return select_variant(p.num_tokens, p.num_pairs, p.hidden, p.rank, p.arch,
+                          p.specialized_built);
   }
   if (p.variant_override == 0) return Variant::kGeneric;
   core::require(is_specialized_shape(p.hidden, p.rank), "variant",
@@ -387,8 +415,9 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
                   "order_remap=true cannot be combined with the specialized variant");
     core::require(!p.fused_decode.value_or(false), "fused_decode",
                   "fused_decode=true cannot be combined with the specialized variant");
-    c.schedule_id = p.schedule_override >= 0 ? p.schedule_override
-                                             : select_specialized_schedule(p.num_tokens, p.hidden);
+    c.schedule_id = p.schedule_override >= 0
+                        ? p.schedule_override
+                        : select_specialized_schedule(p.num_tokens, p.num_pairs, p.hidden, p.arch);
     c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
     // The generic selector's splits (same bits) and PDL chaining (same launch sequence).
     c.shrink_splits = select_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch).splits;

@@ -35,16 +35,17 @@ struct Capability {
 ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);
 /// spec §7: the shapes that have a specialized body (H in {2688, 3072}, R == 32).
 bool is_specialized_shape(int64_t hidden, int64_t rank);
-/// spec §7 (newest JIT): Blackwell specialized for a specialized shape and 32 <= T <= 1024. SM90:
-/// only inside the token windows of plan.cpp's H200 table (kSm90SpecializedWindows, empty until
-/// the H200 shows the specialized body faster, so generic everywhere as spec §7 decides).
-/// `specialized_built` false (no specialized unit compiled) forces generic.
-Variant select_variant(int64_t num_tokens, int64_t hidden, int64_t rank, Arch arch,
-                       bool specialized_built);
+/// spec §7 (newest JIT): Blackwell specialized for a specialized shape and 32 <= T <= 1024. SM90
+/// (cakemoe, from H200 measurements; spec §7's "SM90 never" predates a specialized body that wins
+/// there): inside plan.cpp's kSm90SpecializedWindows, T <= 8 or (T >= 9 and 64 <= P), both with
+/// P <= 1024. `specialized_built` false (no specialized unit compiled) forces generic.
+Variant select_variant(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
+                       Arch arch, bool specialized_built);
 /// spec §4.3/§7 generic schedule: 0 (t64) for T <= 8, else 1 (t128).
 int select_generic_schedule(int64_t num_tokens);
-/// spec §7 specialized schedule: 0 t64, 1 token_owned, 2 dual_col.
-int select_specialized_schedule(int64_t num_tokens, int64_t hidden);
+/// Specialized schedule: 0 t64, 1 token_owned, 2 dual_col. spec §7's B200 table off SM90; on SM90
+/// the H200's best: 2 for T >= 64, else 0 when P >= 4 T (top-k >= 4), else 1.
+int select_specialized_schedule(int64_t num_tokens, int64_t num_pairs, int64_t hidden, Arch arch);
 /// spec §4.4: 0 plain, 1 early, 2 late.
 int select_pdl_mode(Variant variant, int64_t num_tokens, int64_t hidden, Arch arch, int num_sms);
 /// spec §5: heuristic for the pair-grouped pipeline (grouped = None).
@@ -121,7 +122,10 @@ struct GroupedGeometry {
 };
 /// `index_override` 0 / 1 forces hist -> scan -> scatter / the one-CTA index (tests, benches);
 /// -1 picks. InvalidArgument("grouped_index") when the one-CTA index is forced past 16384 pairs.
-GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override = -1);
+/// `bins` (L * E; 0 = unknown) picks the staging form where both fit: A alone (stage 1, 4 CTAs per
+/// SM) from 6 routes per bin on, A and x (stage 2, 3 CTAs per SM) below (H200 measurements).
+GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override = -1,
+                                 int64_t bins = 0);
 
 /// spec §5 grouped workspace: int32 words (with cakemoe's tile_info, see grouped_launch.h) and the
 /// fp32 per-route partials [P, H].

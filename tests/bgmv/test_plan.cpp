@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "bgmv/grouped_launch.h"
 #include "bgmv/plan.h"
 #include "cakemoe/errors.h"
 
@@ -106,21 +107,35 @@ TEST(BgmvPlanSelectors, OrderRemapSpecExamples) {
 }
 
 TEST(BgmvPlanSelectors, VariantAndSchedules) {
-  // spec §7 DECISION: generic everywhere on SM90.
-  EXPECT_EQ(select_variant(256, 3072, 32, Arch::kSm90a, true), Variant::kGeneric);
-  EXPECT_EQ(select_variant(256, 3072, 32, Arch::kSm100a, true), Variant::kSpecialized);
-  EXPECT_EQ(select_variant(256, 2688, 32, Arch::kSm103a, true), Variant::kSpecialized);
-  EXPECT_EQ(select_variant(16, 3072, 32, Arch::kSm100a, true), Variant::kGeneric);
-  EXPECT_EQ(select_variant(2048, 3072, 32, Arch::kSm100a, true), Variant::kGeneric);
-  EXPECT_EQ(select_variant(256, 3072, 16, Arch::kSm100a, true), Variant::kGeneric);
-  EXPECT_EQ(select_variant(256, 3072, 32, Arch::kSm100a, false), Variant::kGeneric);
+  // SM90: cakemoe's measured windows (T <= 8, or 64 <= P; P <= 1024), see plan.h.
+  EXPECT_EQ(select_variant(256, 512, 3072, 32, Arch::kSm90a, true), Variant::kSpecialized);
+  EXPECT_EQ(select_variant(1, 2, 2688, 32, Arch::kSm90a, true), Variant::kSpecialized);
+  EXPECT_EQ(select_variant(8, 64, 3072, 32, Arch::kSm90a, true), Variant::kSpecialized);
+  EXPECT_EQ(select_variant(16, 32, 3072, 32, Arch::kSm90a, true), Variant::kGeneric);
+  EXPECT_EQ(select_variant(16, 128, 3072, 32, Arch::kSm90a, true), Variant::kSpecialized);
+  EXPECT_EQ(select_variant(512, 1024, 3072, 32, Arch::kSm90a, true), Variant::kSpecialized);
+  EXPECT_EQ(select_variant(256, 2048, 3072, 32, Arch::kSm90a, true), Variant::kGeneric);
+  EXPECT_EQ(select_variant(256, 512, 4096, 32, Arch::kSm90a, true), Variant::kGeneric);
+  EXPECT_EQ(select_variant(256, 512, 3072, 32, Arch::kSm90a, false), Variant::kGeneric);
+  EXPECT_EQ(select_variant(256, 512, 3072, 32, Arch::kSm100a, true), Variant::kSpecialized);
+  EXPECT_EQ(select_variant(256, 512, 2688, 32, Arch::kSm103a, true), Variant::kSpecialized);
+  EXPECT_EQ(select_variant(16, 32, 3072, 32, Arch::kSm100a, true), Variant::kGeneric);
+  EXPECT_EQ(select_variant(2048, 4096, 3072, 32, Arch::kSm100a, true), Variant::kGeneric);
+  EXPECT_EQ(select_variant(256, 512, 3072, 16, Arch::kSm100a, true), Variant::kGeneric);
+  EXPECT_EQ(select_variant(256, 512, 3072, 32, Arch::kSm100a, false), Variant::kGeneric);
   EXPECT_EQ(select_generic_schedule(8), 0);
   EXPECT_EQ(select_generic_schedule(9), 1);
-  EXPECT_EQ(select_specialized_schedule(4, 3072), 0);
-  EXPECT_EQ(select_specialized_schedule(512, 3072), 2);
-  EXPECT_EQ(select_specialized_schedule(1024, 2688), 2);
-  EXPECT_EQ(select_specialized_schedule(512, 2688), 1);
-  EXPECT_EQ(select_specialized_schedule(32, 3072), 1);
+  EXPECT_EQ(select_specialized_schedule(4, 8, 3072, Arch::kSm100a), 0);
+  EXPECT_EQ(select_specialized_schedule(512, 1024, 3072, Arch::kSm100a), 2);
+  EXPECT_EQ(select_specialized_schedule(1024, 2048, 2688, Arch::kSm100a), 2);
+  EXPECT_EQ(select_specialized_schedule(512, 1024, 2688, Arch::kSm100a), 1);
+  EXPECT_EQ(select_specialized_schedule(32, 64, 3072, Arch::kSm100a), 1);
+  // SM90: the H200's best schedules.
+  EXPECT_EQ(select_specialized_schedule(1, 2, 3072, Arch::kSm90a), 1);
+  EXPECT_EQ(select_specialized_schedule(4, 32, 3072, Arch::kSm90a), 0);
+  EXPECT_EQ(select_specialized_schedule(32, 64, 2688, Arch::kSm90a), 1);
+  EXPECT_EQ(select_specialized_schedule(32, 256, 2688, Arch::kSm90a), 0);
+  EXPECT_EQ(select_specialized_schedule(64, 128, 3072, Arch::kSm90a), 2);
 }
 
 TEST(BgmvPlanSupport, ReasonsInSpecOrder) {
@@ -166,11 +181,18 @@ TEST(BgmvPlanSupport, ReasonsInSpecOrder) {
 TEST(BgmvPlanWorkspaces, GroupedGeometry) {
   const GroupedGeometry a = grouped_geometry(2048, 3072);
   EXPECT_TRUE(a.fused_index);
-  EXPECT_EQ(a.stage, 2);                           // (8 + 4) x 3072 x 2 = 72 KB
-  EXPECT_EQ(grouped_geometry(64, 4264).stage, 2);  // 99.9 KB
-  EXPECT_EQ(grouped_geometry(64, 4272).stage, 1);  // A alone: 66.8 KB
+  // Staged rows are whole k tiles of 1024 elements (grouped_stage_row_bytes).
+  EXPECT_EQ(grouped_stage_row_bytes(2688), 6144);
+  EXPECT_EQ(grouped_stage_row_bytes(3072), 6144);
+  EXPECT_EQ(a.stage, 2);                           // (8 + 4) x 6 KB = 72 KB
+  EXPECT_EQ(grouped_geometry(64, 4096).stage, 2);  // 12 x 8 KB = 96 KB
+  EXPECT_EQ(grouped_geometry(64, 4104).stage, 1);  // 12 x 10 KB > 100 KB; A alone: 80 KB
   EXPECT_EQ(grouped_geometry(64, 7168).stage, 1);  // 112 KB
   EXPECT_EQ(grouped_geometry(64, 7176).stage, 0);
+  // A alone from 6 routes per bin (bins given).
+  EXPECT_EQ(grouped_geometry(6143, 3072, -1, 1024).stage, 2);
+  EXPECT_EQ(grouped_geometry(6144, 3072, -1, 1024).stage, 1);
+  EXPECT_EQ(grouped_geometry(6144, 7176, -1, 1024).stage, 0);
   EXPECT_TRUE(grouped_geometry(16384, 3072).fused_index);
   EXPECT_FALSE(grouped_geometry(16385, 3072).fused_index);
   EXPECT_FALSE(grouped_geometry(2048, 3072, 0).fused_index);

@@ -49,12 +49,23 @@ void expect_refused(const ProblemDesc& d, const std::string& argument, const std
   }
 }
 
-TEST(BgmvPlanSpecialized, Sm90StaysGenericUntilMeasured) {
+TEST(BgmvPlanSpecialized, Sm90WindowsFromMeasurements) {
   for (int64_t h : {2688, 3072}) {
-    for (int64_t t : {1, 4, 8, 32, 256, 512, 1024, 2048, 4096}) {
-      EXPECT_EQ(select_variant(t, h, 32, Arch::kSm90a, true), Variant::kGeneric) << h << " " << t;
-      EXPECT_EQ(choose_cake_plan(special_desc(t, 2, h, 32)).variant, Variant::kGeneric);
+    // k 2: specialized at T 1-8 and 32-512, generic at T 16 (P 32) and from P 2048.
+    for (int64_t t : {1, 4, 8, 32, 256, 512}) {
+      EXPECT_EQ(choose_cake_plan(special_desc(t, 2, h, 32)).variant, Variant::kSpecialized)
+          << h << " " << t;
     }
+    for (int64_t t : {16, 1024, 2048, 4096}) {
+      EXPECT_EQ(choose_cake_plan(special_desc(t, 2, h, 32)).variant, Variant::kGeneric)
+          << h << " " << t;
+    }
+    // k 8: specialized up to T 128 (P 1024), generic from T 256.
+    for (int64_t t : {1, 8, 16, 128}) {
+      EXPECT_EQ(choose_cake_plan(special_desc(t, 8, h, 32)).variant, Variant::kSpecialized)
+          << h << " " << t;
+    }
+    EXPECT_EQ(choose_cake_plan(special_desc(256, 8, h, 32)).variant, Variant::kGeneric) << h;
   }
   EXPECT_TRUE(is_specialized_shape(2688, 32));
   EXPECT_TRUE(is_specialized_shape(3072, 32));
@@ -72,11 +83,13 @@ TEST(BgmvPlanSpecialized, ForcedAttributes) {
   for (int64_t h : {2688, 3072}) {
     for (int64_t t : {1, 4, 8, 32, 512, 1024, 2048}) {
       const ProblemDesc d = special_desc(t, 2, h, 32);
-      const PlanChoice g = choose_cake_plan(d);
+      ProblemDesc generic = d;
+      generic.variant_override = 0;
+      const PlanChoice g = choose_cake_plan(generic);
       const PlanChoice s = choose_cake_plan(forced(d));
       const std::string at = "H=" + std::to_string(h) + " T=" + std::to_string(t);
       EXPECT_EQ(s.variant, Variant::kSpecialized) << at;
-      EXPECT_EQ(s.schedule_id, select_specialized_schedule(t, h)) << at;
+      EXPECT_EQ(s.schedule_id, select_specialized_schedule(t, 2 * t, h, Arch::kSm90a)) << at;
       EXPECT_FALSE(s.shrink_launch.has_value()) << at;  // spec §1: None for specialized
       EXPECT_EQ(s.pdl_mode, 0) << at;                   // spec §4.4
       EXPECT_FALSE(s.grouped || s.order_remap || s.fused_decode) << at;
@@ -117,7 +130,7 @@ TEST(BgmvPlanSpecialized, ForcedRefusals) {
   expect_refused<Unsupported>(d, "variant", "unit not built");
   expect_refused<InvalidArgument>(forced(special_desc(8, 2, 3072, 32), 3), "schedule_id",
                                   "schedule 3");
-  d = special_desc(8, 2, 3072, 32);
+  d = special_desc(16, 2, 3072, 32);  // P 32: outside the SM90 windows, generic
   d.schedule_override = 1;
   expect_refused<InvalidArgument>(d, "schedule_id", "schedule on a generic plan");
   d = special_desc(8, 2, 3072, 32);
@@ -159,12 +172,16 @@ TEST(BgmvPlanSpecialized, CpuBackendForcedSameBitsAsGeneric) {
     detail::PrepareInternals special;
     special.variant_override = 1;
     BgmvPlan s = prepare_cpu(c, special);
-    BgmvPlan g = prepare_cpu(c, detail::PrepareInternals());
+    detail::PrepareInternals generic;
+    generic.variant_override = 0;
+    BgmvPlan g = prepare_cpu(c, generic);
     EXPECT_EQ(s.variant(), "specialized");
     EXPECT_EQ(g.variant(), "generic");
     EXPECT_FALSE(s.shrink_launch().has_value());
     EXPECT_EQ(s.pdl_mode(), 0);
-    EXPECT_EQ(s.schedule_id(), select_specialized_schedule(t, 2688));
+    EXPECT_EQ(s.schedule_id(),
+              select_specialized_schedule(t, static_cast<int64_t>(c.sorted_token_ids.size()), 2688,
+                                          Arch::kSm90a));
     EXPECT_EQ(y_of(s), y_of(g)) << "T=" << t;
     special.specialized_schedule = 2;
     EXPECT_EQ(prepare_cpu(c, special).schedule_id(), 2);
@@ -222,7 +239,8 @@ TEST(BgmvPlanSpecialized, EnvironmentVariable) {
   EXPECT_EQ(env_internal, "generic");
   EXPECT_EQ(env_generic, "generic");
   EXPECT_EQ(typo_argument, "CAKEMOE_BGMV_VARIANT");
-  EXPECT_EQ(variant(special_case, -1, std::nullopt), "generic");
+  // Unset: T 8 is inside the SM90 windows (the CPU backend reports the H200's choice).
+  EXPECT_EQ(variant(special_case, -1, std::nullopt), "specialized");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // replays, with the shrink rows bitwise equal to the CPU's.
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,27 @@ TEST(BgmvGroupedGpu, FormsBitwiseVsCpu) {
       {7176, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};   // stage 0
   uint64_t seed = 950;
   for (const GroupedRow& row : rows) check_forms(row, ++seed, indexes);
+}
+
+// The persistent ring shrink (stage 3, CAKEMOE_BGMV_GROUPED_STAGE=3): the same rows and y bits,
+// across part counts (k 20: > 4 routes per tile), splits (P 32 at H 4096), partial k tiles
+// (H 1344, 2112, 7176) and ranks 8-64.
+TEST(BgmvGroupedGpu, RingShrinkBitwiseVsCpu) {
+  CAKEMOE_REQUIRE_GPU();
+  struct StageEnv {  // unset again however the test ends
+    StageEnv() { setenv("CAKEMOE_BGMV_GROUPED_STAGE", "3", 1); }
+    ~StageEnv() { unsetenv("CAKEMOE_BGMV_GROUPED_STAGE"); }
+  } stage_env;
+  const std::vector<GroupedRow> rows = {
+      {768, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
+      {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
+      {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
+      {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
+      {4096, 8, 16, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
+      {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},
+      {7176, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};
+  uint64_t seed = 4200;
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
 }
 
 // P > 16384: the hist / scan / scatter index is the only form.

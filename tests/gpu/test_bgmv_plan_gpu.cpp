@@ -47,9 +47,14 @@ void check_against_cpu(GpuCase& g, const BgmvOptions& options, int replays,
   BgmvPlan gpu = g.prepare_gpu(options);
   BgmvPlan cpu = g.prepare_cpu(options);
   ASSERT_EQ(gpu.backend_used(), "cake") << label;
-  ASSERT_EQ(gpu.variant(), "generic") << label;
+  // NOTE: H 2688 / 3072 at rank 32 may take the specialized variant (SM90 windows): same bits.
+  ASSERT_EQ(gpu.variant(), cpu.variant()) << label;
+  ASSERT_NE(gpu.variant(), "portable") << label;
   ASSERT_EQ(gpu.grouped(), cpu.grouped()) << label;
-  ASSERT_EQ(gpu.shrink_launch()->splits, cpu.shrink_launch()->splits) << label;
+  ASSERT_EQ(gpu.shrink_launch().has_value(), cpu.shrink_launch().has_value()) << label;
+  if (gpu.shrink_launch()) {
+    ASSERT_EQ(gpu.shrink_launch()->splits, cpu.shrink_launch()->splits) << label;
+  }
   const int64_t h = g.host.spec.hidden, r = g.host.spec.rank;
   std::vector<float> first;
   for (int i = 0; i < replays; ++i) {

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A/B of the BGMV benchmark on the H200 box in one device call: builds bench_bgmv from this tree
+# and from an older tree (e.g. `git archive <sha> | tar -x -C ab_old`, an untracked folder that
+# travels with the working tree), then runs both tables back to back, the new one also under each
+# CAKEMOE_BGMV_GROUPED_STAGE in $AB_STAGES, and ncu of the grouped kernels at $AB_NCU_SHAPES.
+#
+#   scripts/gpu-bgmv-ab.sh OLD_TREE OUTDIR
+#
+# AB_TESTS=<gtest filter> also builds and runs the new tree's test_gpu (after the benches).
+# Files in OUTDIR: summary.txt, bench_old.log, bench_new.log, bench_stage<S>.log, ncu_<i>.txt,
+# tests.log (at most 8 come back: keep AB_STAGES and AB_NCU_SHAPES short). Build logs stay in
+# build-ab-{new,old}.log (their tails go to summary.txt on failure).
+set -uo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+old="$1"
+out="$2"
+mkdir -p "$out"
+export CAKEMOE_WITH_CUDA=ON
+cakemoe_cuda_path
+export CAKEMOE_CUTLASS_DIR="${CAKEMOE_CUTLASS_DIR:-$CAKEMOE_ROOT/third_party/cutlass}"
+summary="$out/summary.txt"
+echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')  new: ${CAKEMOE_COMMIT:-?}  old: $old" >"$summary"
+build_bench() {  # TREE BUILD_DIR LOG
+  (cd "$1" && source scripts/common.sh && cakemoe_configure "$2" all -DCAKEMOE_BUILD_BENCH=ON &&
+     cmake --build "$2" -j 8 --target bench_bgmv) >"$3" 2>&1
+}
+build_bench "$CAKEMOE_ROOT" "$CAKEMOE_ROOT/build-ab-new" "$CAKEMOE_ROOT/build-ab-new.log" &
+build_bench "$old" "$CAKEMOE_ROOT/build-ab-old" "$CAKEMOE_ROOT/build-ab-old.log" &
+wait
+for side in new old; do
+  if [[ ! -x "$CAKEMOE_ROOT/build-ab-$side/bench/bench_bgmv" ]]; then
+    echo "build $side failed" >>"$summary"
+    tail -n 20 "$CAKEMOE_ROOT/build-ab-$side.log" >>"$summary"
+  fi
+done
+echo "builds: $SECONDS s" >>"$summary"
+new_bench="$CAKEMOE_ROOT/build-ab-new/bench/bench_bgmv"
+old_bench="$CAKEMOE_ROOT/build-ab-old/bench/bench_bgmv"
+timeout 90 "$old_bench" --reps=30 >"$out/bench_old.log" 2>&1
+timeout 90 "$new_bench" --reps=30 >"$out/bench_new.log" 2>&1
+for s in ${AB_STAGES:-}; do
+  CAKEMOE_BGMV_GROUPED_STAGE=$s timeout 90 "$new_bench" --reps=30 >"$out/bench_stage$s.log" 2>&1
+done
+i=0
+for shape in ${AB_NCU_SHAPES:-}; do
+  i=$((i + 1))
+  for side in old new; do
+    bench="$CAKEMOE_ROOT/build-ab-$side/bench/bench_bgmv"
+    echo "== $side $shape" >>"$out/ncu_$i.txt"
+    timeout 90 ncu --clock-control none --graph-profiling node --kernel-name regex:'group' \
+      --launch-count 4 --section SpeedOfLight --section Occupancy --metrics dram__bytes_read.sum \
+      "$bench" --variants --shape="$shape" --reps=1 >>"$out/ncu_$i.txt" 2>&1
+  done
+done
+if [[ -n "${AB_TESTS:-}" ]]; then  # the new tree's GPU tests matching $AB_TESTS (a gtest filter)
+  cmake --build "$CAKEMOE_ROOT/build-ab-new" -j "$(nproc)" --target test_gpu >>"$CAKEMOE_ROOT/build-ab-new.log" 2>&1 ||
+    tail -n 20 "$CAKEMOE_ROOT/build-ab-new.log" >>"$summary"
+  timeout 240 "$CAKEMOE_ROOT/build-ab-new/tests/test_gpu" --gtest_filter="$AB_TESTS" \
+    --gtest_brief=1 >"$out/tests.log" 2>&1
+  echo "tests ($AB_TESTS): rc $?, $(grep -E 'PASSED|FAILED' "$out/tests.log" | tr '\n' ' ')" >>"$summary"
+fi
+echo "total: $SECONDS s" >>"$summary"
+cat "$summary"
