@@ -123,8 +123,12 @@ void print_stage(const StageRow& r) {
 void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_buf, bool sm90) {
   const Inputs in(s, a_buf, b_buf, x_buf);
   const int64_t u = in.routing.bins_touched, p = s.tokens * s.top_k;
+  // NOTE: the generic variant: the stages below are the generic kernels, driven with the plan's
+  // launch operands (the specialized variant has its own kernels; --specialized times it).
+  bgmv::detail::PrepareInternals generic;
+  generic.variant_override = 0;
   std::shared_ptr<bgmv::BgmvPlan::Impl> impl = bgmv::detail::prepare_impl(
-      in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras, in.weights, s.experts, {});
+      in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras, in.weights, s.experts, {}, generic);
   bgmv::BgmvPlan plan(impl);
   const auto launch = plan.shrink_launch();
   std::printf("H %lld R %lld T %lld k %lld L %lld E %lld (U %lld, P %lld): %s%s%s%s pdl%d\n",
