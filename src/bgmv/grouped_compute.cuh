@@ -186,6 +186,7 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(Group
       const int column = rank_block * kRankTile + r;
       const int64_t pair = w.sorted_routes[first + part + i];
       static_cast<uint16_t*>(p.shrink_out)[pair * p.rank + column] = bits;
+      w.tile_rows[static_cast<int64_t>(first + part + i) * p.rank + column] = bits;
     }
   }
 }
@@ -275,7 +276,8 @@ CAKEMOE_DEVICE void combine_token(const GroupedParams& p, const GroupedWs& w, in
 }
 
 /// grid (max_tiles, ceil(H / 256)) x 256: one column per thread; B row read once per tile, its
-/// loads issued before the tile's shrink rows are staged (they need only the tile's bin).
+/// loads issued before the tile's shrink rows are staged (they need only the tile's bin); the
+/// rows come from tile_rows in one contiguous trip.
 template <bool kBf16, int kRank>
 __global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(GroupedParams p) {
   __shared__ float srow[kGroupTileRoutes][kRank];
@@ -297,12 +299,11 @@ __global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(Groupe
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) braw[g] = brow[g];
   }
-  const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out);
+  // One trip: the shrink wrote the tile's rows contiguously (tile_rows, sorted-route order).
+  if (threadIdx.x < n) spair[threadIdx.x] = w.sorted_routes[first + threadIdx.x];
+  const uint16_t* rows = w.tile_rows + static_cast<int64_t>(first) * kRank;
   for (int idx = threadIdx.x; idx < n * kRank; idx += blockDim.x) {
-    const int i = idx / kRank, r = idx % kRank;
-    const int pair = w.sorted_routes[first + i];
-    if (r == 0) spair[i] = pair;
-    srow[i][r] = widen<kBf16>(shrink[static_cast<int64_t>(pair) * kRank + r]);
+    srow[idx / kRank][idx % kRank] = widen<kBf16>(rows[idx]);
   }
   __syncthreads();
   if (!column) return;

@@ -24,6 +24,7 @@ struct GroupedWs {
   int* hist;
   int* cta_base;
   int4* tile_info;  ///< {first route in sorted_routes, routes (1..16), bin, 0}
+  uint16_t* tile_rows;  ///< [P][R] the shrink rows again, in sorted-route order
 };
 
 CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
@@ -41,6 +42,7 @@ CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
   int* after = w.cta_base + p.hist_ctas * bins;
   after += (4 - reinterpret_cast<uintptr_t>(after) / sizeof(int) % 4) % 4;
   w.tile_info = reinterpret_cast<int4*>(after);
+  w.tile_rows = reinterpret_cast<uint16_t*>(w.tile_info + p.max_tiles);
   return w;
 }
 

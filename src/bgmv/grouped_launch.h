@@ -11,9 +11,10 @@ namespace bgmv {
 /// Grouped pipeline operands. Workspace layout (int32 words, spec §5; sizes from
 /// grouped_workspace()): header[4] (word 0 = tile count), bin_offset[bins + 1], tile_start
 /// [max_tiles] (group_scan's scratch; spec §5 sizes it), sorted_routes[P], token_count[T],
-/// token_slots[16 T], hist[hist_ctas * bins], cta_base[hist_ctas * bins], then 0-3 pad words and
-/// tile_info[4 max_tiles] ({first route, routes, bin, 0} per tile, 16-byte aligned). Zeroed once at
-/// prepare; every launch rewrites what it reads.
+/// token_slots[16 T], hist[hist_ctas * bins], cta_base[hist_ctas * bins], then 0-3 pad words,
+/// tile_info[4 max_tiles] ({first route, routes, bin, 0} per tile, 16-byte aligned) and tile_rows
+/// [32 P] (the shrink rows again as 16-bit values, R per sorted route, for the expand's one-trip
+/// read). Zeroed once at prepare; every launch rewrites what it reads.
 ///
 /// Two index forms with the same result: the one-CTA index kernel (fused_index, P <=
 /// kGroupFusedIndexMaxPairs) or group_hist -> group_scan -> group_scatter.

@@ -170,6 +170,7 @@ __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_ring_kernel(Gro
       const int column = step.rank_block * kRankTile + r;
       const int64_t pair = w.sorted_routes[step.pos + i];
       static_cast<uint16_t*>(p.shrink_out)[pair * p.rank + column] = bits;
+      w.tile_rows[static_cast<int64_t>(step.pos + i) * p.rank + column] = bits;
     }
     return true;
   };

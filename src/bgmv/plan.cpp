@@ -52,6 +52,7 @@ constexpr int64_t kGroupStageAMaxBytes = 112 * 1024;  // A alone: H <= 7168
 // A and x win by 1-3 % at 2-4 routes per bin).
 constexpr int64_t kGroupStageAMinRoutesPerBin = 6;
 constexpr int64_t kGroupAlignPadWords = 3;            // tile_info starts 16-byte aligned
+constexpr int64_t kGroupTileRowWords = 64 / 2;         // tile_rows: rank <= 64 16-bit values
 
 // cakemoe's SM90 grouped crossover (H200 measurements, bench/NOTES.md).
 constexpr int64_t kGroupedSm90MinPairs = 1024;
@@ -348,7 +349,7 @@ GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_
   w.max_tiles = group_max_tiles(num_pairs, w.bins);
   w.int_words = kGroupHeaderWords + (w.bins + 1) + w.max_tiles + num_pairs + num_tokens +
                 RouteIndexLayout::kSlotsPerToken * num_tokens + 2 * w.hist_ctas * w.bins +
-                kGroupAlignPadWords + 4 * w.max_tiles;
+                kGroupAlignPadWords + 4 * w.max_tiles + num_pairs * kGroupTileRowWords;
   w.partial_floats = num_pairs * hidden;
   return w;
 }
