@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B of the BGMV benchmark on the H200 box in one device call: builds bench_bgmv from this tree
-# and from an older tree (e.g. `git archive <sha> | tar -x -C ab_old`, an untracked folder that
-# travels with the working tree), then runs both tables back to back, the new one also under each
+# and from an older tree (e.g. `git archive <sha> | tar -x -C ab_old`; an untracked folder travels
+# with the working tree only if git does not ignore it, else name it in the device call's carry
+# list), then runs both tables back to back, the new one also under each
 # CAKEMOE_BGMV_GROUPED_STAGE in $AB_STAGES, and ncu of the grouped kernels at $AB_NCU_SHAPES.
 #
 #   scripts/gpu-bgmv-ab.sh OLD_TREE OUTDIR
