@@ -75,6 +75,56 @@ CAKEMOE_DEVICE void shrink_tile_loop(uint4* ring, int64_t t0, int64_t t1, int64_
   cp_async_wait<0>();
 }
 
+/// The end of a shrink CTA (spec §3.2, §4.2): warp XOR butterflies of the 8 accumulators, the 4
+/// warp sums in warp order from 0.0f, then the row: stored directly with one split, else through
+/// the ordered last-arrival reduction of the split partials with a self-resetting ticket. Every
+/// thread of the 128-thread CTA calls it; `warp_sums` and `last_split` are its shared memory.
+template <bool kFp16, int kRank>
+CAKEMOE_DEVICE void shrink_reduce_store(const CakeParams& p, const RouteIndex& ri, int64_t pair,
+                                        int rb, int z, const float (&acc)[kRankTile],
+                                        float (&warp_sums)[kShrinkThreads / kWarp][kRankTile],
+                                        int* last_split, uint16_t* out) {
+  const int tid = threadIdx.x;
+  const int warp = tid / kWarp;
+#pragma unroll
+  for (int i = 0; i < kRankTile; ++i) {
+    const float v = warp_butterfly(acc[i]);
+    if (tid % kWarp == 0) warp_sums[warp][i] = v;
+  }
+  __syncthreads();
+  float sum = 0.0f;
+  if (tid < kRankTile) {
+#pragma unroll
+    for (int w = 0; w < kShrinkThreads / kWarp; ++w) sum = sum + warp_sums[w][tid];
+  }
+  if (p.splits == 1) {
+    if (tid < kRankTile) out[tid] = narrow<kFp16>(0.0f + sum);
+  } else {
+    // spec §4.2: ordered last-arrival reduction with a self-resetting ticket.
+    float* partials = ri.split_partials();
+    const int64_t r = rb * kRankTile + tid;
+    if (tid < kRankTile) partials[(z * p.P + pair) * kRank + r] = sum;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      uint32_t* counter = ri.split_counters() + pair * (kRank / kRankTile) + rb;
+      const uint32_t arrived = atomicAdd(counter, 1u);
+      *last_split = arrived == static_cast<uint32_t>(p.splits - 1);
+      if (*last_split) atomicExch(counter, 0u);
+    }
+    __syncthreads();
+    if (*last_split) {
+      __threadfence();
+      if (tid < kRankTile) {
+        float total = 0.0f;
+        for (int s = 0; s < p.splits; ++s) total = total + __ldcg(partials + (s * p.P + pair) *
+                                                                             kRank + r);
+        out[tid] = narrow<kFp16>(total);
+      }
+    }
+  }
+}
+
 template <bool kFp16, int kRank, int kStages>
 __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeParams p) {
   extern __shared__ uint4 ring[];
@@ -118,44 +168,7 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   shrink_tile_loop<kFp16, kStages>(ring, t0, t1, p.H, x_row, a_rows, acc);
   if (p.pdl_mode == 2) pdl_trigger();
 
-  const int warp = tid / kWarp;
-#pragma unroll
-  for (int i = 0; i < kRankTile; ++i) {
-    const float v = warp_butterfly(acc[i]);
-    if (tid % kWarp == 0) warp_sums[warp][i] = v;
-  }
-  __syncthreads();
-  float sum = 0.0f;
-  if (tid < kRankTile) {
-#pragma unroll
-    for (int w = 0; w < kShrinkThreads / kWarp; ++w) sum = sum + warp_sums[w][tid];
-  }
-  if (p.splits == 1) {
-    if (tid < kRankTile) out[tid] = narrow<kFp16>(0.0f + sum);
-  } else {
-    // spec §4.2: ordered last-arrival reduction with a self-resetting ticket.
-    float* partials = ri.split_partials();
-    const int64_t r = rb * kRankTile + tid;
-    if (tid < kRankTile) partials[(z * p.P + pair) * kRank + r] = sum;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      uint32_t* counter = ri.split_counters() + pair * (kRank / kRankTile) + rb;
-      const uint32_t arrived = atomicAdd(counter, 1u);
-      last_split = arrived == static_cast<uint32_t>(p.splits - 1);
-      if (last_split) atomicExch(counter, 0u);
-    }
-    __syncthreads();
-    if (last_split) {
-      __threadfence();
-      if (tid < kRankTile) {
-        float total = 0.0f;
-        for (int s = 0; s < p.splits; ++s) total = total + __ldcg(partials + (s * p.P + pair) *
-                                                                             kRank + r);
-        out[tid] = narrow<kFp16>(total);
-      }
-    }
-  }
+  shrink_reduce_store<kFp16, kRank>(p, ri, pair, rb, z, acc, warp_sums, &last_split, out);
   if (publisher) publish_end(ri, ticket, t, pair);
 }
 

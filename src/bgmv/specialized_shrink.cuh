@@ -115,46 +115,8 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) specialized_shrink_kernel(c
   specialized_shrink_fma<kFp16, kHidden, kTiles>(t0, t1, xv, av, acc);
   if (p.pdl_mode == 2) pdl_trigger();
 
-  // Warp butterflies, then the 4 warp sums in warp order from 0.0f (spec §3.2).
-  const int warp = tid / kWarp;
-#pragma unroll
-  for (int i = 0; i < kRankTile; ++i) {
-    const float v = warp_butterfly(acc[i]);
-    if (tid % kWarp == 0) warp_sums[warp][i] = v;
-  }
-  __syncthreads();
-  float sum = 0.0f;
-  if (tid < kRankTile) {
-#pragma unroll
-    for (int w = 0; w < kShrinkThreads / kWarp; ++w) sum = sum + warp_sums[w][tid];
-  }
-  if (p.splits == 1) {
-    if (tid < kRankTile) out[tid] = narrow<kFp16>(0.0f + sum);
-  } else {
-    // spec §4.2: ordered last-arrival reduction with a self-resetting ticket (as the generic).
-    float* partials = ri.split_partials();
-    const int64_t r = rb * kRankTile + tid;
-    if (tid < kRankTile) partials[(z * p.P + pair) * kRank + r] = sum;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      uint32_t* counter = ri.split_counters() + pair * (kRank / kRankTile) + rb;
-      const uint32_t arrived = atomicAdd(counter, 1u);
-      last_split = arrived == static_cast<uint32_t>(p.splits - 1);
-      if (last_split) atomicExch(counter, 0u);
-    }
-    __syncthreads();
-    if (last_split) {
-      __threadfence();
-      if (tid < kRankTile) {
-        float total = 0.0f;
-        for (int s = 0; s < p.splits; ++s) {
-          total = total + __ldcg(partials + (s * p.P + pair) * kRank + r);
-        }
-        out[tid] = narrow<kFp16>(total);
-      }
-    }
-  }
+  // Same reduction and split finish as the generic shrink (the bits match).
+  shrink_reduce_store<kFp16, kRank>(p, ri, pair, rb, z, acc, warp_sums, &last_split, out);
   if (publisher) publish_end(ri, ticket, t, pair);
 }
 
