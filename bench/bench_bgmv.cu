@@ -159,33 +159,18 @@ int run(int argc, char** argv) {
       "bf16, GB/s vs spec §14 bytes_min, roofline %.2f TB/s\n",
       bench.flush_name(), bench.reps, kHbmTbPerS);
   print_header();
-  // One weight buffer pair sized for the largest shape; views take what each shape needs.
-  const int64_t max_w = 8 * 128 * 64 * 4096;
-  void *a_buf = nullptr, *b_buf = nullptr, *x_buf = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&a_buf, max_w * 2));
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&b_buf, max_w * 2));
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&x_buf, 2048 * 4096 * 2));
-  fill_bf16(a_buf, max_w, 1, 0.01f);
-  fill_bf16(b_buf, max_w, 2, 0.05f);
-  fill_bf16(x_buf, 2048 * 4096, 3, 1.0f);
-  CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const TableBuffers buf(8 * 128 * 64 * 4096, 2048 * 4096);
   std::vector<Row> rows;
   size_t done = 0;
   for (const Shape& s : shapes) {
     if (elapsed() > budget_s) break;
-    rows.push_back(run_shape(bench, s, a_buf, b_buf, x_buf));
+    rows.push_back(run_shape(bench, s, buf.a, buf.b, buf.x));
     print_row(rows.back());
     ++done;
   }
-  if (done < shapes.size()) {
-    std::printf("stopped after %zu of %zu shapes: %.0f s budget spent (--budget=S)\n", done,
-                shapes.size(), budget_s);
-  }
+  report_budget_stop(done, shapes.size(), budget_s);
   std::printf("total %.1f s\n", elapsed());
   if (!json.empty()) write_json(json, rows);
-  cudaFree(a_buf);
-  cudaFree(b_buf);
-  cudaFree(x_buf);
   return 0;
 }
 

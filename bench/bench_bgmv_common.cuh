@@ -40,6 +40,39 @@ void fill_bf16(void* dst, int64_t n, uint32_t seed, float scale) {
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
 
+/// The A, B and x buffers every shape of a table views into: deterministic bf16 values, A and B
+/// of `weight_elems` each (sized for the largest shape), x of `x_elems`; filled once, freed with
+/// the table.
+struct TableBuffers {
+  void* a = nullptr;
+  void* b = nullptr;
+  void* x = nullptr;
+  TableBuffers(int64_t weight_elems, int64_t x_elems) {
+    CAKEMOE_CUDA_CHECK(cudaMalloc(&a, weight_elems * 2));
+    CAKEMOE_CUDA_CHECK(cudaMalloc(&b, weight_elems * 2));
+    CAKEMOE_CUDA_CHECK(cudaMalloc(&x, x_elems * 2));
+    fill_bf16(a, weight_elems, 1, 0.01f);
+    fill_bf16(b, weight_elems, 2, 0.05f);
+    fill_bf16(x, x_elems, 3, 1.0f);
+    CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  ~TableBuffers() {
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(x);
+  }
+  TableBuffers(const TableBuffers&) = delete;
+  TableBuffers& operator=(const TableBuffers&) = delete;
+};
+
+/// The line a table prints when its --budget ran out before its last shape.
+void report_budget_stop(size_t done, size_t total, double budget_s) {
+  if (done < total) {
+    std::printf("stopped after %zu of %zu shapes: %.0f s budget spent (--budget=S)\n", done, total,
+                budget_s);
+  }
+}
+
 /// How the L2 is emptied before each rep.
 /// NOTE: kRead (default) streams a 256 MB buffer (5x the 50 MB L2) that was written once at setup,
 /// with L2-only loads. Its lines are clean, so nothing it leaves behind needs a write-back later;

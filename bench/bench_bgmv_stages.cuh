@@ -212,20 +212,9 @@ int run_stage_mode(Bench& bench) {
   std::printf("  %-20s %9s | %9s %8s %6s | %9s %8s\n", "stage", "us", "min MB", "GB/s", "%roof",
               "route MB", "GB/s");
   run_empty_graphs(bench);
-  const int64_t max_w = 8 * 128 * 64 * 3072;
-  void *a_buf = nullptr, *b_buf = nullptr, *x_buf = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&a_buf, max_w * 2));
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&b_buf, max_w * 2));
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&x_buf, 2048 * 3072 * 2));
-  fill_bf16(a_buf, max_w, 1, 0.01f);
-  fill_bf16(b_buf, max_w, 2, 0.05f);
-  fill_bf16(x_buf, 2048 * 3072, 3, 1.0f);
-  CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const TableBuffers buf(8 * 128 * 64 * 3072, 2048 * 3072);
   const bool sm90 = core::cuda_capability(0) == 90;
-  for (const Shape& s : shapes) run_stages(bench, s, a_buf, b_buf, x_buf, sm90);
-  cudaFree(a_buf);
-  cudaFree(b_buf);
-  cudaFree(x_buf);
+  for (const Shape& s : shapes) run_stages(bench, s, buf.a, buf.b, buf.x, sm90);
   return 0;
 }
 

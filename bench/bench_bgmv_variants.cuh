@@ -69,19 +69,11 @@ int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
   std::printf("%5s %3s %5s %2s %2s | %-14s %9s | %9s %9s %9s %9s %9s %9s | %6s\n", "H", "R", "T",
               "k", "L", "default", "us", "route", "remap", "noremap", "grouped", "grp idx3",
               "special", "%roof");
-  const int64_t max_w = 8 * 128 * 64 * 4096;
-  void *a_buf = nullptr, *b_buf = nullptr, *x_buf = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&a_buf, max_w * 2));
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&b_buf, max_w * 2));
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&x_buf, 2048 * 4096 * 2));
-  fill_bf16(a_buf, max_w, 1, 0.01f);
-  fill_bf16(b_buf, max_w, 2, 0.05f);
-  fill_bf16(x_buf, 2048 * 4096, 3, 1.0f);
-  CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const TableBuffers buf(8 * 128 * 64 * 4096, 2048 * 4096);
   size_t done = 0;
   for (const Shape& s : shapes) {
     if (elapsed() > budget_s) break;
-    const Inputs in(s, a_buf, b_buf, x_buf);
+    const Inputs in(s, buf.a, buf.b, buf.x);
     const auto prep = [&](std::optional<bool> grouped, std::optional<bool> remap, int index,
                           int variant = -1) {
       return [&, grouped, remap, index, variant] {
@@ -117,13 +109,7 @@ int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
     std::fflush(stdout);
     ++done;
   }
-  if (done < shapes.size()) {
-    std::printf("stopped after %zu of %zu shapes: %.0f s budget spent (--budget=S)\n", done,
-                shapes.size(), budget_s);
-  }
-  cudaFree(a_buf);
-  cudaFree(b_buf);
-  cudaFree(x_buf);
+  report_budget_stop(done, shapes.size(), budget_s);
   return 0;
 }
 
@@ -149,19 +135,11 @@ int run_specialized_mode(Bench& bench, double budget_s) {
       bench.flush_name(), bench.reps);
   std::printf("%5s %5s %2s | %-14s %9s | %9s %9s %9s %9s %9s | %8s\n", "H", "T", "k", "default",
               "us", "generic", "spec", "spec s0", "spec s1", "spec s2", "gen/spec");
-  const int64_t max_w = 8 * 128 * 32 * 3072;
-  void *a_buf = nullptr, *b_buf = nullptr, *x_buf = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&a_buf, max_w * 2));
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&b_buf, max_w * 2));
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&x_buf, 2048 * 3072 * 2));
-  fill_bf16(a_buf, max_w, 1, 0.01f);
-  fill_bf16(b_buf, max_w, 2, 0.05f);
-  fill_bf16(x_buf, 2048 * 3072, 3, 1.0f);
-  CAKEMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const TableBuffers buf(8 * 128 * 32 * 3072, 2048 * 3072);
   size_t done = 0;
   for (const Shape& s : shapes) {
     if (elapsed() > budget_s) break;
-    const Inputs in(s, a_buf, b_buf, x_buf);
+    const Inputs in(s, buf.a, buf.b, buf.x);
     const auto prep = [&](int variant, int schedule) {
       return [&, variant, schedule] {
         bgmv::detail::PrepareInternals internals;
@@ -188,13 +166,7 @@ int run_specialized_mode(Bench& bench, double budget_s) {
     std::fflush(stdout);
     ++done;
   }
-  if (done < shapes.size()) {
-    std::printf("stopped after %zu of %zu shapes: %.0f s budget spent (--budget=S)\n", done,
-                shapes.size(), budget_s);
-  }
-  cudaFree(a_buf);
-  cudaFree(b_buf);
-  cudaFree(x_buf);
+  report_budget_stop(done, shapes.size(), budget_s);
   return 0;
 }
 
