@@ -67,6 +67,21 @@ struct GpuCase {
     upload_x();
   }
 
+  /// New contents through the same device buffers for replay `step` (spec §8: plans read current
+  /// contents): token ids rotated (a token may get 0..P routes; odd steps add -1 padding), one
+  /// LoRA index toggled, x rescaled.
+  void change_contents(int step) {
+    const int64_t tokens = host.spec.tokens;
+    for (int64_t p = 0; p < host.num_pairs(); ++p) {
+      host.sorted_token_ids[p] = (p * (step + 1) + step) % (tokens + 1) - (step % 2);
+    }
+    host.lora_indices[step % tokens] = step % 3 == 0 ? -1 : step % 2;
+    core::copy_tensor(sorted, host.sorted_view(), nullptr);
+    core::copy_tensor(loras, host.lora_view(), nullptr);
+    core::cuda_stream_sync(nullptr);
+    scale_x(step % 2 == 0 ? 0.5f : 2.0f);
+  }
+
   std::vector<TensorView> views(const std::vector<Tensor>& ts) const {
     std::vector<TensorView> v;
     for (const Tensor& t : ts) v.push_back(t.view());
@@ -86,6 +101,36 @@ struct GpuCase {
     return bgmv::prepare_bgmv_moe(host.x_view(), host.a_views(), host.b_views(),
                                   host.sorted_view(), host.experts_view(), host.lora_view(),
                                   host.weights_view(), host.spec.experts, o);
+  }
+};
+
+/// y_accum as a column slice: a [T, H] view at column 32 of a NaN-filled [T, H + 64] device
+/// buffer, and the check that nothing outside the view was written.
+struct CanaryY {
+  static constexpr int64_t kLeft = 32, kExtra = 64;
+  int64_t tokens, hidden, wide;
+  Tensor buffer;
+  CanaryY(int64_t t, int64_t h)
+      : tokens(t), hidden(h), wide(h + kExtra),
+        buffer(Tensor::empty({t, h + kExtra}, DType::kFP32, Device::cuda(0))) {
+    core::fill_bytes(buffer, 0xFF, nullptr);  // NaN everywhere
+  }
+  TensorView view() const {
+    return TensorView(static_cast<float*>(buffer.data()) + kLeft, DType::kFP32, {tokens, hidden},
+                      {wide, 1}, Device::cuda(0));
+  }
+  ::testing::AssertionResult canaries_intact() const {
+    core::cuda_stream_sync(nullptr);
+    const Tensor host = gpu_testbed::to_host(buffer);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t c = 0; c < wide; ++c) {
+        if (c >= kLeft && c < kLeft + hidden) continue;
+        if (!std::isnan(host.ptr<float>()[t * wide + c])) {
+          return ::testing::AssertionFailure() << "canary overwritten at row " << t << " col " << c;
+        }
+      }
+    }
+    return ::testing::AssertionSuccess();
   }
 };
 

@@ -5,7 +5,6 @@
 // between replays, outer capture, the §3.3 header, and the default choice on SM90.
 #include <cuda_runtime_api.h>
 
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -183,22 +182,11 @@ TEST(BgmvSpecializedGpu, SmallColumnSliceKeepsNanCanaries) {
     CAKEMOE_REQUIRE_SPECIALIZED(h);
     GpuCase g(bgmv_test::make_case(
         special_spec(DType::kBF16, h, 5, 2, PairOrder::kTokenMajor, 3400 + h)));
-    const int64_t t_n = g.host.spec.tokens, wide = h + 64;
-    Tensor buffer = Tensor::empty({t_n, wide}, DType::kFP32, Device::cuda(0));
-    core::fill_bytes(buffer, 0xFF, nullptr);
+    const CanaryY y(g.host.spec.tokens, h);
     BgmvOptions o;
-    o.y_accum = TensorView(static_cast<float*>(buffer.data()) + 32, DType::kFP32, {t_n, h},
-                           {wide, 1}, Device::cuda(0));
+    o.y_accum = y.view();
     check_specialized(g, "column slice H=" + std::to_string(h), o);
-    core::cuda_stream_sync(nullptr);
-    const Tensor host = gpu_testbed::to_host(buffer);
-    for (int64_t t = 0; t < t_n; ++t) {
-      for (int64_t c = 0; c < wide; ++c) {
-        if (c >= 32 && c < 32 + h) continue;
-        ASSERT_TRUE(std::isnan(host.ptr<float>()[t * wide + c]))
-            << "canary overwritten at row " << t << " col " << c;
-      }
-    }
+    ASSERT_TRUE(y.canaries_intact()) << "H=" << h;
   }
 }
 
@@ -211,16 +199,8 @@ TEST(BgmvSpecializedGpu, ContentsChangeBetweenReplays) {
   GpuCase g(bgmv_test::make_case(s));
   BgmvPlan plan = prepare_forced(g, 1, 1);
   BgmvPlan cpu = g.prepare_cpu();
-  const int64_t p_n = g.host.num_pairs();
   for (int step = 0; step < kReplays; ++step) {
-    for (int64_t p = 0; p < p_n; ++p) {
-      g.host.sorted_token_ids[p] = (p * (step + 1) + step) % (s.tokens + 1) - (step % 2);
-    }
-    g.host.lora_indices[step % s.tokens] = step % 3 == 0 ? -1 : step % 2;
-    core::copy_tensor(g.sorted, g.host.sorted_view(), nullptr);
-    core::copy_tensor(g.loras, g.host.lora_view(), nullptr);
-    core::cuda_stream_sync(nullptr);
-    g.scale_x(step % 2 == 0 ? 0.5f : 2.0f);
+    g.change_contents(step);
     poison_and_run(plan, nullptr);
     cpu.run(nullptr);
     ASSERT_TRUE(bitwise_equal(fetch_y(plan.y_accum()), fetch_y(cpu.y_accum()), s.hidden))
