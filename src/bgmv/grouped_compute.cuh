@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "bgmv/grouped_index.cuh"
 
@@ -191,90 +190,6 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(Group
   }
 }
 
-/// Shared memory of one token's combine: its route list in ascending pair order and weights.
-struct CombineSmem {
-  int list[kGroupExpandCols];
-  float weight[kGroupExpandCols];
-  int warp_counts[kGroupExpandCols / 32];
-};
-
-/// y[t, c] for this thread's columns c = c_begin + kVec * tid (+ kVec * 256 j) < c_end: the fma
-/// chain of partial * weight over the token's `count` routes in ascending pair order from 0
-/// (reference::bgmv's grouped order). Every thread of the 256-thread block must call it.
-template <int kVec>
-CAKEMOE_DEVICE void combine_token(const GroupedParams& p, const GroupedWs& w, int t, int count,
-                                  int c_begin, int c_end, CombineSmem& s) {
-  static_assert(kVec == 1 || kVec == 4, "combine columns per thread: 1 or 4");
-  const int tid = threadIdx.x;
-  const int64_t h = p.hidden;
-  float* y = p.y + static_cast<int64_t>(t) * p.y_row_stride;
-  using Vec = typename std::conditional<kVec == 4, float4, float>::type;
-  const auto accumulate = [&](int n, int c, float* acc) {
-    for (int j = 0; j < n; ++j) {
-      const Vec v = *reinterpret_cast<const Vec*>(p.partials + s.list[j] * h + c);
-      const float* vf = reinterpret_cast<const float*>(&v);
-      const float wj = s.weight[j];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) acc[e] = fmaf(vf[e], wj, acc[e]);
-    }
-  };
-  const auto store = [&](int c, const float* acc) {
-    if constexpr (kVec == 4) {
-      *reinterpret_cast<float4*>(y + c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    } else {
-      y[c] = acc[0];
-    }
-  };
-  constexpr int kStep = kVec * kGroupExpandCols;
-  if (count <= kGroupTokenSlots) {
-    // Sort the (unordered) slots ascending: each slot's rank = number of smaller pair ids.
-    if (tid < count) {
-      const int mine = w.token_slots[t * kGroupTokenSlots + tid];
-      int rank = 0;
-      for (int j = 0; j < count; ++j) rank += w.token_slots[t * kGroupTokenSlots + j] < mine;
-      s.list[rank] = mine;
-      s.weight[rank] = p.topk_weights[mine];
-    }
-    __syncthreads();
-    for (int c = c_begin + kVec * tid; c < c_end; c += kStep) {
-      float acc[kVec] = {};
-      accumulate(count, c, acc);
-      store(c, acc);
-    }
-    return;
-  }
-  // More than 16 routes: exact scan of all pairs, compacted in ascending order per chunk of 256,
-  // once per column step.
-  const int lane = tid & 31, warp = tid >> 5;
-  for (int c0 = c_begin; c0 < c_end; c0 += kStep) {
-    const int c = c0 + kVec * tid;
-    float acc[kVec] = {};
-    for (int base = 0; base < p.num_pairs; base += kGroupExpandCols) {
-      const int i = base + tid;
-      const bool mine = i < p.num_pairs && p.sorted_token_ids[i] == t &&
-                        route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i, p.num_tokens,
-                                  p.num_loras, p.num_experts) >= 0;
-      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, mine);
-      if (lane == 0) s.warp_counts[warp] = __popc(ballot);
-      __syncthreads();
-      int offset = 0, chunk_count = 0;
-      for (int wi = 0; wi < kGroupExpandCols / 32; ++wi) {
-        if (wi < warp) offset += s.warp_counts[wi];
-        chunk_count += s.warp_counts[wi];
-      }
-      if (mine) {
-        const int at = offset + __popc(ballot & ((1u << lane) - 1u));
-        s.list[at] = i;
-        s.weight[at] = p.topk_weights[i];
-      }
-      __syncthreads();
-      if (c < c_end) accumulate(chunk_count, c, acc);
-      __syncthreads();
-    }
-    if (c < c_end) store(c, acc);
-  }
-}
-
 /// grid (max_tiles, ceil(H / 256)) x 256: one column per thread; B row read once per tile, its
 /// loads issued before the tile's shrink rows are staged (they need only the tile's bin); the
 /// rows come from tile_rows in one contiguous trip.
@@ -325,14 +240,80 @@ __global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(Groupe
 }
 
 /// grid T x 256: one token per CTA, all its columns (4 per thread per step, float4 loads of the
-/// partials); y = 0 for tokens without routes or LoRA.
+/// partials): y[t, c] = fma chain of partial * weight over the token's routes in ascending pair
+/// order from 0 (reference::bgmv's grouped order); 0 for tokens without routes or LoRA.
 template <int kUnused = 0>
-__global__ void __launch_bounds__(kGroupExpandCols) group_combine_kernel(GroupedParams p) {
-  __shared__ CombineSmem smem;
+__global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(GroupedParams p) {
+  __shared__ int list[kGroupCombineThreads];
+  __shared__ float weight[kGroupCombineThreads];
+  __shared__ int warp_counts[kGroupCombineThreads / 32];
   dev::pdl_wait();
   const GroupedWs w = grouped_ws(p);
-  const int t = blockIdx.x;
-  combine_token<4>(p, w, t, w.token_count[t], 0, p.hidden, smem);
+  const int t = blockIdx.x, tid = threadIdx.x;
+  const int64_t h = p.hidden;
+  const int count = w.token_count[t];
+  float* y = p.y + static_cast<int64_t>(t) * p.y_row_stride;
+  constexpr int kStep = 4 * kGroupCombineThreads;
+  const auto accumulate = [&](int n, int c, float* acc) {
+    for (int j = 0; j < n; ++j) {
+      const float4 v = *reinterpret_cast<const float4*>(p.partials + list[j] * h + c);
+      const float wj = weight[j];
+      acc[0] = fmaf(v.x, wj, acc[0]);
+      acc[1] = fmaf(v.y, wj, acc[1]);
+      acc[2] = fmaf(v.z, wj, acc[2]);
+      acc[3] = fmaf(v.w, wj, acc[3]);
+    }
+  };
+  const auto store = [&](int c, const float* acc) {
+    *reinterpret_cast<float4*>(y + c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  };
+  if (count <= kGroupTokenSlots) {
+    // Sort the (unordered) slots ascending: each slot's rank = number of smaller pair ids.
+    if (tid < count) {
+      const int mine = w.token_slots[t * kGroupTokenSlots + tid];
+      int rank = 0;
+      for (int j = 0; j < count; ++j) rank += w.token_slots[t * kGroupTokenSlots + j] < mine;
+      list[rank] = mine;
+      weight[rank] = p.topk_weights[mine];
+    }
+    __syncthreads();
+    for (int c = 4 * tid; c < h; c += kStep) {
+      float acc[4] = {};
+      accumulate(count, c, acc);
+      store(c, acc);
+    }
+    return;
+  }
+  // More than 16 routes: exact scan of all pairs, compacted in ascending order per chunk of 256,
+  // once per column step.
+  const int lane = tid & 31, warp = tid >> 5;
+  for (int c0 = 0; c0 < h; c0 += kStep) {
+    const int c = c0 + 4 * tid;
+    float acc[4] = {};
+    for (int base = 0; base < p.num_pairs; base += kGroupCombineThreads) {
+      const int i = base + tid;
+      const bool mine = i < p.num_pairs && p.sorted_token_ids[i] == t &&
+                        route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i, p.num_tokens,
+                                  p.num_loras, p.num_experts) >= 0;
+      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, mine);
+      if (lane == 0) warp_counts[warp] = __popc(ballot);
+      __syncthreads();
+      int offset = 0, chunk_count = 0;
+      for (int wi = 0; wi < kGroupCombineThreads / 32; ++wi) {
+        if (wi < warp) offset += warp_counts[wi];
+        chunk_count += warp_counts[wi];
+      }
+      if (mine) {
+        const int at = offset + __popc(ballot & ((1u << lane) - 1u));
+        list[at] = i;
+        weight[at] = p.topk_weights[i];
+      }
+      __syncthreads();
+      if (c < h) accumulate(chunk_count, c, acc);
+      __syncthreads();
+    }
+    if (c < h) store(c, acc);
+  }
 }
 
 }  // namespace grouped

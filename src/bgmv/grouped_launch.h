@@ -73,6 +73,7 @@ constexpr int kGroupTokenSlots = 16;
 constexpr int kGroupIndexThreads = 1024;         ///< one-CTA index kernel
 constexpr int kGroupFusedIndexMaxPairs = 16384;  ///< key[P] in its shared memory
 constexpr int kGroupIndexSmemTokens = 16384;     ///< token counts in its shared memory
+constexpr int kGroupCombineThreads = 256;
 constexpr int kGroupShrinkThreads = 128;
 constexpr int kGroupShrinkTileK = 1024;  ///< hidden elements per shrink k tile (128 threads x 8)
 constexpr int kGroupRankTile = 8;        ///< shrink rank rows per CTA

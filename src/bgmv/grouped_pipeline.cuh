@@ -56,7 +56,8 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
   const bool pdl = p.pdl != 0;
   const dim3 grid(p.max_tiles, static_cast<unsigned>(grouped_expand_col_blocks(p.hidden)));
   launch_stage(grouped_expand_kernel<kBf16, kRank>, grid, kGroupExpandCols, 0, pdl, stream, p);
-  launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupExpandCols, 0, pdl, stream, p);
+  launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, pdl, stream,
+               p);
 }
 
 template <bool kBf16>
