@@ -83,10 +83,6 @@ constexpr int kGroupRankTile = 8;        ///< shrink rank rows per CTA
 constexpr int64_t grouped_stage_row_bytes(int64_t hidden) {
   return (hidden + kGroupShrinkTileK - 1) / kGroupShrinkTileK * kGroupShrinkTileK * 2;
 }
-/// Column blocks of the grouped expand.
-constexpr int64_t grouped_expand_col_blocks(int64_t hidden) {
-  return (hidden + kGroupExpandCols - 1) / kGroupExpandCols;
-}
 constexpr int kOrderBuildThreads = 1024;
 constexpr int kOrderBuildMaxPairs = 4096;
 

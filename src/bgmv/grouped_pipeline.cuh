@@ -33,7 +33,8 @@ inline void launch_stage(void (*kernel)(GroupedParams), dim3 grid, int threads, 
 }
 
 /// The persistent ring shrink: as many CTAs as fit on the device at once (at most one per item).
-/// The occupancy query is not a stream operation (legal inside a capture).
+/// The occupancy query is not a stream operation (legal inside a capture); it needs the
+/// shared-memory opt-in first, so this launches directly instead of through launch_stage.
 template <bool kBf16>
 void launch_ring_shrink(const GroupedParams& p, cudaStream_t stream) {
   const auto kernel = grouped_shrink_ring_kernel<kBf16>;
@@ -47,14 +48,14 @@ void launch_ring_shrink(const GroupedParams& p, cudaStream_t stream) {
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kShrinkThreads, smem));
   const int64_t items = static_cast<int64_t>(p.max_tiles) * (p.rank / kRankTile);
   const int64_t ctas = std::min<int64_t>(items, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
-  launch_stage(kernel, dim3(static_cast<unsigned>(ctas)), kShrinkThreads, smem, p.pdl != 0, stream,
-               p);
+  dev::launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kShrinkThreads), smem, stream,
+                  p.pdl != 0, p);
 }
 
 template <bool kBf16, int kRank>
 void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
   const bool pdl = p.pdl != 0;
-  const dim3 grid(p.max_tiles, static_cast<unsigned>(grouped_expand_col_blocks(p.hidden)));
+  const dim3 grid(p.max_tiles, (p.hidden + kGroupExpandCols - 1) / kGroupExpandCols);
   launch_stage(grouped_expand_kernel<kBf16, kRank>, grid, kGroupExpandCols, 0, pdl, stream, p);
   launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, pdl, stream,
                p);
