@@ -64,6 +64,50 @@ CAKEMOE_DEVICE void shrink_tile_n(int n, const LoadX& load_x, const LoadA& load_
   }
 }
 
+/// Shared memory of the split reduction: one sum per (warp, route, rank row).
+using SplitSums = float[4][kGroupShrinkPart][kRankTile];
+
+/// The end of one split of a part (spec §3.2): warp XOR butterflies (16 .. 1) of the live
+/// routes' accumulators, then the warp sums in warp order from 0.0f, added to `total` by thread
+/// i * 8 + r < 8 n. Every thread of the 128-thread CTA calls it (two barriers).
+CAKEMOE_DEVICE void add_split_sums(int n, const float (&acc)[kGroupShrinkPart][kRankTile],
+                                   SplitSums& red, float* total) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+  for (int i = 0; i < kGroupShrinkPart; ++i) {
+    if (i < n) {  // CTA-uniform
+#pragma unroll
+      for (int r = 0; r < kRankTile; ++r) {
+        const float v = dev::warp_butterfly(acc[i][r]);
+        if (lane == 0) red[warp][i][r] = v;
+      }
+    }
+  }
+  __syncthreads();
+  if (tid < n * kRankTile) {
+    const int i = tid / kRankTile, r = tid % kRankTile;
+    float sum = 0.0f;
+    for (int wi = 0; wi < 4; ++wi) sum = sum + red[wi][i][r];
+    *total = *total + sum;
+  }
+  __syncthreads();
+}
+
+/// The part's rows (routes at sorted positions pos .. pos + n - 1, rank rows of `rank_block`):
+/// to shrink_out by pair and to tile_rows by sorted position.
+template <bool kBf16>
+CAKEMOE_DEVICE void store_part_rows(const GroupedParams& p, const GroupedWs& w, int pos, int n,
+                                    int rank_block, float total) {
+  const int tid = threadIdx.x;
+  if (tid >= n * kRankTile) return;
+  const int i = tid / kRankTile, r = tid % kRankTile;
+  const uint16_t bits = narrow<kBf16>(total);
+  const int column = rank_block * kRankTile + r;
+  const int64_t pair = w.sorted_routes[pos + i];
+  static_cast<uint16_t*>(p.shrink_out)[pair * p.rank + column] = bits;
+  w.tile_rows[static_cast<int64_t>(pos + i) * p.rank + column] = bits;
+}
+
 /// grid (max_tiles, R / 8) x 128: the shrink rows of one tile (<= 16 routes of one bin) for 8
 /// rank rows, in parts of 4 routes (32 accumulators per thread). kStage 1: the 8 x H block of A is
 /// copied into dynamic shared memory once and every part reads it there; kStage 2: also the x
@@ -76,14 +120,14 @@ template <bool kBf16, int kStage>
 // 170 registers instead of spilling at 128.
 __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(GroupedParams p) {
   extern __shared__ uint4 stage_vec[];
-  __shared__ float red[4][kGroupShrinkPart][kRankTile];
+  __shared__ SplitSums red;
   dev::pdl_wait();  // the index is complete
   dev::pdl_trigger();
   const GroupedWs w = grouped_ws(p);
   if (static_cast<int>(blockIdx.x) >= w.header[0]) return;
   const int4 info = w.tile_info[blockIdx.x];
   const int first = info.x, routes = info.y, bin = info.z;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   const int rank_block = blockIdx.y;
   const int64_t h = p.hidden;
   const int tiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
@@ -159,34 +203,9 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(Group
         };
         shrink_tile_n(n, load_x, load_a, acc);
       }
-      // Warp XOR butterflies (16 .. 1), then warp sums in warp order from 0.0f (spec §3.2).
-#pragma unroll
-      for (int i = 0; i < kGroupShrinkPart; ++i) {
-        if (i < n) {  // CTA-uniform
-#pragma unroll
-          for (int r = 0; r < kRankTile; ++r) {
-            const float v = dev::warp_butterfly(acc[i][r]);
-            if (lane == 0) red[warp][i][r] = v;
-          }
-        }
-      }
-      __syncthreads();
-      if (tid < n * kRankTile) {
-        const int i = tid / kRankTile, r = tid % kRankTile;
-        float sum = 0.0f;
-        for (int wi = 0; wi < 4; ++wi) sum = sum + red[wi][i][r];
-        total = total + sum;
-      }
-      __syncthreads();
+      add_split_sums(n, acc, red, &total);
     }
-    if (tid < n * kRankTile) {
-      const int i = tid / kRankTile, r = tid % kRankTile;
-      const uint16_t bits = narrow<kBf16>(total);
-      const int column = rank_block * kRankTile + r;
-      const int64_t pair = w.sorted_routes[first + part + i];
-      static_cast<uint16_t*>(p.shrink_out)[pair * p.rank + column] = bits;
-      w.tile_rows[static_cast<int64_t>(first + part + i) * p.rank + column] = bits;
-    }
+    store_part_rows<kBf16>(p, w, first + part, n, rank_block, total);
   }
 }
 

@@ -56,14 +56,14 @@ struct RingCursor {
 template <bool kBf16>
 __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_ring_kernel(GroupedParams p) {
   extern __shared__ uint4 ring[];
-  __shared__ float red[4][kGroupShrinkPart][kRankTile];
+  __shared__ SplitSums red;
   dev::pdl_wait();  // the index is complete
   dev::pdl_trigger();
   const GroupedWs w = grouped_ws(p);
   const int rank_blocks = p.rank / kRankTile;
   const int items = w.header[0] * rank_blocks;
   if (static_cast<int>(blockIdx.x) >= items) return;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   const int64_t h = p.hidden;
   const int tiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
   const int tiles_per_split = (tiles + p.splits - 1) / p.splits;
@@ -139,39 +139,14 @@ __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_ring_kernel(Gro
     }
     const int split_end = min((split + 1) * tiles_per_split, tiles);
     if (step.t + 1 == split_end) {
-      // Warp XOR butterflies (16 .. 1), then warp sums in warp order from 0.0f (spec §3.2).
-#pragma unroll
-      for (int i = 0; i < kGroupShrinkPart; ++i) {
-        if (i < n) {  // CTA-uniform
-#pragma unroll
-          for (int r = 0; r < kRankTile; ++r) {
-            const float v = dev::warp_butterfly(acc[i][r]);
-            if (lane == 0) red[warp][i][r] = v;
-          }
-        }
-      }
-      __syncthreads();
-      if (tid < n * kRankTile) {
-        const int i = tid / kRankTile, r = tid % kRankTile;
-        float sum = 0.0f;
-        for (int wi = 0; wi < 4; ++wi) sum = sum + red[wi][i][r];
-        total = total + sum;
-      }
-      __syncthreads();
+      add_split_sums(n, acc, red, &total);
       clear();
       // Splits past the last tile reduce nothing: each adds the 0.0f its empty sum gives.
       for (++split; split < p.splits && split * tiles_per_split >= tiles; ++split) {
         total = total + 0.0f;
       }
     }
-    if (step.t + 1 == tiles && tid < n * kRankTile) {
-      const int i = tid / kRankTile, r = tid % kRankTile;
-      const uint16_t bits = narrow<kBf16>(total);
-      const int column = step.rank_block * kRankTile + r;
-      const int64_t pair = w.sorted_routes[step.pos + i];
-      static_cast<uint16_t*>(p.shrink_out)[pair * p.rank + column] = bits;
-      w.tile_rows[static_cast<int64_t>(step.pos + i) * p.rank + column] = bits;
-    }
+    if (step.t + 1 == tiles) store_part_rows<kBf16>(p, w, step.pos, n, step.rank_block, total);
     return true;
   };
 
