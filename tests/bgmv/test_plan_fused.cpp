@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bgmv/bgmv_case.h"
+#include "bgmv/h200_desc.h"
 #include "bgmv/plan.h"
 #include "cakemoe/bgmv.h"
 #include "cakemoe/errors.h"
@@ -16,23 +17,6 @@
 namespace cakemoe {
 namespace bgmv {
 namespace {
-
-constexpr int kH200Sms = 132;
-constexpr int kBlocksPerSm = 5;  // the sm_90a fused kernel (96 registers x 128 threads)
-
-ProblemDesc decode_desc(int64_t tokens, int64_t top_k, int64_t hidden, int64_t rank) {
-  ProblemDesc d;
-  d.num_tokens = tokens;
-  d.num_pairs = tokens * top_k;
-  d.hidden = hidden;
-  d.rank = rank;
-  d.num_loras = 8;
-  d.num_experts = 128;
-  d.arch = Arch::kSm90a;
-  d.num_sms = kH200Sms;
-  d.fused_blocks_per_sm = kBlocksPerSm;
-  return d;
-}
 
 TEST(BgmvPlanFusedDecode, GridCtas) {
   // 3072/32/T1/k2: splits 3 -> 2 * 4 * 3 shrink CTAs + 1 * 24 expand CTAs.
@@ -44,19 +28,21 @@ TEST(BgmvPlanFusedDecode, GridCtas) {
 }
 
 TEST(BgmvPlanFusedDecode, FitsNeedsOccupancyAndAtMost128Pairs) {
-  EXPECT_TRUE(fused_decode_fits(8, 64, 3072, 32, 1, kH200Sms, kBlocksPerSm));   // 448 <= 660
-  EXPECT_FALSE(fused_decode_fits(8, 64, 3072, 64, 1, kH200Sms, kBlocksPerSm));  // 704 > 660
+  EXPECT_TRUE(
+      fused_decode_fits(8, 64, 3072, 32, 1, kH200Sms, kH200FusedBlocksPerSm));  // 448 <= 660
+  EXPECT_FALSE(
+      fused_decode_fits(8, 64, 3072, 64, 1, kH200Sms, kH200FusedBlocksPerSm));  // 704 > 660
   EXPECT_TRUE(fused_decode_fits(8, 64, 3072, 64, 1, kH200Sms, 6));              // 704 <= 792
   EXPECT_FALSE(fused_decode_fits(1, 2, 3072, 32, 3, kH200Sms, 0));              // no kernel built
-  EXPECT_FALSE(fused_decode_fits(1, 129, 1024, 8, 1, kH200Sms, kBlocksPerSm));
-  EXPECT_TRUE(fused_decode_fits(1, 128, 1024, 8, 1, kH200Sms, kBlocksPerSm));
+  EXPECT_FALSE(fused_decode_fits(1, 129, 1024, 8, 1, kH200Sms, kH200FusedBlocksPerSm));
+  EXPECT_TRUE(fused_decode_fits(1, 128, 1024, 8, 1, kH200Sms, kH200FusedBlocksPerSm));
 }
 
 TEST(BgmvPlanFusedDecode, HeuristicSm90TinyBatchesOnly) {
   for (int64_t t : {1, 2, 4, 8}) {
     for (int64_t k : {1, 2, 6, 8}) {
       for (int64_t r : {8, 16, 32}) {
-        const ProblemDesc d = decode_desc(t, k, 3072, r);
+        const ProblemDesc d = h200_desc(t, k, 3072, r);
         const PlanChoice c = choose_cake_plan(d);
         EXPECT_TRUE(c.fused_decode) << "T=" << t << " k=" << k << " R=" << r;
         // Same splits as the two-kernel path: the bits do not depend on the choice.
@@ -65,24 +51,24 @@ TEST(BgmvPlanFusedDecode, HeuristicSm90TinyBatchesOnly) {
       }
     }
   }
-  EXPECT_TRUE(choose_cake_plan(decode_desc(8, 6, 3072, 64)).fused_decode);    // 384 + 192
-  EXPECT_FALSE(choose_cake_plan(decode_desc(8, 8, 3072, 64)).fused_decode);   // 704 CTAs
-  EXPECT_FALSE(choose_cake_plan(decode_desc(16, 2, 3072, 32)).fused_decode);  // T > 8
-  EXPECT_FALSE(choose_cake_plan(decode_desc(8, 9, 1024, 8)).fused_decode);    // P = 72 > 64
-  ProblemDesc blackwell = decode_desc(1, 2, 3072, 32);
+  EXPECT_TRUE(choose_cake_plan(h200_desc(8, 6, 3072, 64)).fused_decode);    // 384 + 192
+  EXPECT_FALSE(choose_cake_plan(h200_desc(8, 8, 3072, 64)).fused_decode);   // 704 CTAs
+  EXPECT_FALSE(choose_cake_plan(h200_desc(16, 2, 3072, 32)).fused_decode);  // T > 8
+  EXPECT_FALSE(choose_cake_plan(h200_desc(8, 9, 1024, 8)).fused_decode);    // P = 72 > 64
+  ProblemDesc blackwell = h200_desc(1, 2, 3072, 32);
   blackwell.arch = Arch::kSm100a;
   EXPECT_FALSE(choose_cake_plan(blackwell).fused_decode);
-  ProblemDesc unbuilt = decode_desc(1, 2, 3072, 32);
+  ProblemDesc unbuilt = h200_desc(1, 2, 3072, 32);
   unbuilt.fused_blocks_per_sm = 0;
   EXPECT_FALSE(choose_cake_plan(unbuilt).fused_decode);
 }
 
 TEST(BgmvPlanFusedDecode, ForcingOnAndOff) {
-  ProblemDesc off = decode_desc(1, 2, 3072, 32);
+  ProblemDesc off = h200_desc(1, 2, 3072, 32);
   off.fused_decode = false;
   EXPECT_FALSE(choose_cake_plan(off).fused_decode);
   // Forced on outside the heuristic window (T 16, Blackwell) where the grid still fits.
-  ProblemDesc on = decode_desc(16, 2, 1024, 16);
+  ProblemDesc on = h200_desc(16, 2, 1024, 16);
   on.arch = Arch::kSm100a;
   on.fused_decode = true;
   EXPECT_TRUE(choose_cake_plan(on).fused_decode);
@@ -96,22 +82,22 @@ TEST(BgmvPlanFusedDecode, ForcingOnAndOff) {
       EXPECT_EQ(e.argument(), "fused_decode") << what << ": " << e.what();
     }
   };
-  expect_refused(decode_desc(8, 8, 3072, 64), "grid too large");
-  expect_refused(decode_desc(1, 200, 1024, 8), "P > 128");
-  ProblemDesc unbuilt = decode_desc(1, 2, 3072, 32);
+  expect_refused(h200_desc(8, 8, 3072, 64), "grid too large");
+  expect_refused(h200_desc(1, 200, 1024, 8), "P > 128");
+  ProblemDesc unbuilt = h200_desc(1, 2, 3072, 32);
   unbuilt.fused_blocks_per_sm = 0;
   expect_refused(unbuilt, "kernel not built");
-  ProblemDesc grouped = decode_desc(1, 2, 3072, 32);
+  ProblemDesc grouped = h200_desc(1, 2, 3072, 32);
   grouped.grouped = true;
   expect_refused(grouped, "grouped");
-  ProblemDesc remap = decode_desc(1, 2, 3072, 32);
+  ProblemDesc remap = h200_desc(1, 2, 3072, 32);
   remap.order_remap = true;
   expect_refused(remap, "order_remap");
 }
 
 TEST(BgmvPlanFusedDecode, PrintedInThePlanLine) {
   std::ostringstream os;
-  os << choose_cake_plan(decode_desc(1, 2, 3072, 32));
+  os << choose_cake_plan(h200_desc(1, 2, 3072, 32));
   EXPECT_NE(os.str().find("fused_decode=1"), std::string::npos) << os.str();
 }
 

@@ -1,5 +1,5 @@
-// Selection and forcing of the specialized variant (spec §7, §10 rule 15): SM90 stays generic
-// until measured, the forced variant's attributes, its refusals, and the CPU backend's bits.
+// Selection and forcing of the specialized variant (spec §7, §10 rule 15): the measured SM90
+// windows, the forced variant's attributes, its refusals, and the CPU backend's bits.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bgmv/bgmv_case.h"
+#include "bgmv/h200_desc.h"
 #include "bgmv/plan.h"
 #include "bgmv/plan_impl.h"
 #include "cakemoe/bgmv.h"
@@ -19,17 +20,8 @@ namespace bgmv {
 namespace {
 
 ProblemDesc special_desc(int64_t tokens, int64_t top_k, int64_t hidden, int64_t rank) {
-  ProblemDesc d;
-  d.num_tokens = tokens;
-  d.num_pairs = tokens * top_k;
-  d.hidden = hidden;
-  d.rank = rank;
-  d.num_loras = 8;
-  d.num_experts = 128;
-  d.arch = Arch::kSm90a;
-  d.num_sms = 132;
+  ProblemDesc d = h200_desc(tokens, top_k, hidden, rank);
   d.specialized_built = true;
-  d.fused_blocks_per_sm = 5;
   return d;
 }
 
