@@ -133,7 +133,7 @@ struct Bench {
       return;
     }
     l2_flush_read_kernel<<<flush_ctas, 256, 0, stream>>>(static_cast<const uint4*>(flush),
-                                                          kFlushBytes / sizeof(uint4), sink);
+                                                         kFlushBytes / sizeof(uint4), sink);
     CAKEMOE_CUDA_CHECK(cudaGetLastError());
   }
 

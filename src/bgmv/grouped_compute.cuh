@@ -21,14 +21,30 @@ constexpr int kRankTile = kGroupRankTile;
 /// (`pending` past 7 waits for more than needed: groups complete in order).
 CAKEMOE_DEVICE void cp_async_wait_upto(int pending) {
   switch (pending) {
-    case 0: dev::cp_async_wait<0>(); break;
-    case 1: dev::cp_async_wait<1>(); break;
-    case 2: dev::cp_async_wait<2>(); break;
-    case 3: dev::cp_async_wait<3>(); break;
-    case 4: dev::cp_async_wait<4>(); break;
-    case 5: dev::cp_async_wait<5>(); break;
-    case 6: dev::cp_async_wait<6>(); break;
-    default: dev::cp_async_wait<7>(); break;
+    case 0:
+      dev::cp_async_wait<0>();
+      break;
+    case 1:
+      dev::cp_async_wait<1>();
+      break;
+    case 2:
+      dev::cp_async_wait<2>();
+      break;
+    case 3:
+      dev::cp_async_wait<3>();
+      break;
+    case 4:
+      dev::cp_async_wait<4>();
+      break;
+    case 5:
+      dev::cp_async_wait<5>();
+      break;
+    case 6:
+      dev::cp_async_wait<6>();
+      break;
+    default:
+      dev::cp_async_wait<7>();
+      break;
   }
 }
 
@@ -57,10 +73,18 @@ template <typename LoadX, typename LoadA>
 CAKEMOE_DEVICE void shrink_tile_n(int n, const LoadX& load_x, const LoadA& load_a,
                                   float (&acc)[kGroupShrinkPart][kRankTile]) {
   switch (n) {
-    case 1: shrink_tile<1>(load_x, load_a, acc); break;
-    case 2: shrink_tile<2>(load_x, load_a, acc); break;
-    case 3: shrink_tile<3>(load_x, load_a, acc); break;
-    default: shrink_tile<4>(load_x, load_a, acc); break;
+    case 1:
+      shrink_tile<1>(load_x, load_a, acc);
+      break;
+    case 2:
+      shrink_tile<2>(load_x, load_a, acc);
+      break;
+    case 3:
+      shrink_tile<3>(load_x, load_a, acc);
+      break;
+    default:
+      shrink_tile<4>(load_x, load_a, acc);
+      break;
   }
 }
 
@@ -116,8 +140,8 @@ CAKEMOE_DEVICE void store_part_rows(const GroupedParams& p, const GroupedWs& w, 
 /// arithmetic runs while later tiles are in flight, with no barrier. kStage 0: parts after the
 /// first re-read A through L1/L2. The arithmetic is the same in every form.
 template <bool kBf16, int kStage>
-// NOTE: 3 CTAs per SM is what the staged forms' shared memory allows; the bound lets ptxas use up to
-// 170 registers instead of spilling at 128.
+// NOTE: 3 CTAs per SM is what the staged forms' shared memory allows; the bound lets ptxas use up
+// to 170 registers instead of spilling at 128.
 __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(GroupedParams p) {
   extern __shared__ uint4 stage_vec[];
   __shared__ SplitSums red;
@@ -168,8 +192,8 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(Group
 #pragma unroll
     for (int i = 0; i < kGroupShrinkPart; ++i) {
       const int pair = w.sorted_routes[first + part + min(i, n - 1)];
-      xs[i] = part == 0 ? x_first[i]
-                        : static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
+      xs[i] =
+          part == 0 ? x_first[i] : static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
     }
     float total = 0.0f;  // owned by thread i * 8 + r < 32
     for (int z = 0; z < p.splits; ++z) {
@@ -254,7 +278,8 @@ __global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(Groupe
       lanes[g] = part;
     }
     // Lane 0 of the XOR butterfly (offsets G/2 .. 1): lanes >= off mirror lanes < off.
-    p.partials[static_cast<int64_t>(spair[i]) * p.hidden + c] = dev::butterfly_lane0<kGroups>(lanes);
+    p.partials[static_cast<int64_t>(spair[i]) * p.hidden + c] =
+        dev::butterfly_lane0<kGroups>(lanes);
   }
 }
 

@@ -42,7 +42,7 @@ struct GroupedParams {
   int max_tiles = 1;
   int fused_index = 0;  ///< 1: one-CTA index kernel
   int stage = 0;  ///< grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows, 3 ring
-  int pdl = 0;          ///< 1: every stage after the first is a programmatic dependent
+  int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
 };
 
 /// Enqueues the index (one CTA, or group_hist, group_scan, group_scatter), the grouped shrink, the

@@ -99,8 +99,8 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
       launch_ring_shrink<kBf16>(p, stream);
       break;
     default:
-      throw InvalidArgument("stage", "the grouped shrink stages 0, 1, 2 or 3 (ring), got " +
-                                         std::to_string(p.stage));
+      throw InvalidArgument(
+          "stage", "the grouped shrink stages 0, 1, 2 or 3 (ring), got " + std::to_string(p.stage));
   }
   switch (p.rank) {
     case 8:

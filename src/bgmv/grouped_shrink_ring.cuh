@@ -1,8 +1,8 @@
-// Persistent form of the grouped shrink (stage 3; spec bgmv §5, docs/decisions/bgmv-gpu-runtime.md):
-// a few CTAs per SM walk (tile, rank block) items and stream their A and x vectors through a
-// ring of k-tile slots, so the next item's loads are in flight while this one computes and
-// reduces. Same arithmetic as grouped_shrink_kernel (parts of 4 routes, per-thread k-tile order,
-// butterflies, splits): the rows are bitwise equal.
+// Persistent form of the grouped shrink (stage 3; spec bgmv §5,
+// docs/decisions/bgmv-gpu-runtime.md): a few CTAs per SM walk (tile, rank block) items and stream
+// their A and x vectors through a ring of k-tile slots, so the next item's loads are in flight
+// while this one computes and reduces. Same arithmetic as grouped_shrink_kernel (parts of 4 routes,
+// per-thread k-tile order, butterflies, splits): the rows are bitwise equal.
 #pragma once
 
 #include <cstdint>
@@ -89,11 +89,13 @@ __global__ void __launch_bounds__(kShrinkThreads) grouped_shrink_ring_kernel(Gro
       const int64_t k0 = static_cast<int64_t>(cur.t) * kShrinkTileK + 8 * tid;
       if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
         uint4* dst = ring + slot * kRingRows * kShrinkThreads + tid;
-        const uint16_t* a = lora_a +
-                            (static_cast<int64_t>(cur.bin) * p.rank +
-                             (cur.item % rank_blocks) * kRankTile) * h + k0;
+        const uint16_t* a =
+            lora_a +
+            (static_cast<int64_t>(cur.bin) * p.rank + (cur.item % rank_blocks) * kRankTile) * h +
+            k0;
 #pragma unroll
-        for (int r = 0; r < kRankTile; ++r) dev::cp_async16(dst + r * kShrinkThreads, a + r * h, true);
+        for (int r = 0; r < kRankTile; ++r)
+          dev::cp_async16(dst + r * kShrinkThreads, a + r * h, true);
 #pragma unroll
         for (int i = 0; i < kGroupShrinkPart; ++i) {
           if (i < n) dev::cp_async16(dst + (kRankTile + i) * kShrinkThreads, xrow[i] + k0, true);

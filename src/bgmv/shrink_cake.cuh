@@ -21,9 +21,7 @@ constexpr int kShrinkTile = kShrinkThreads * 8;  // K elements per tile
 constexpr int kShrinkSlots = 1 + kRankTile;      // x chunk + 8 A-row chunks per thread and stage
 
 /// Dynamic shared memory of the ring: per stage, per thread, 9 chunks of 16 bytes.
-constexpr int shrink_smem_bytes(int stages) {
-  return stages * kShrinkSlots * kShrinkThreads * 16;
-}
+constexpr int shrink_smem_bytes(int stages) { return stages * kShrinkSlots * kShrinkThreads * 16; }
 
 /// Issues the cp.async copies of tile `tile` into ring stage `stage` (only this thread's chunks).
 CAKEMOE_DEVICE void shrink_issue_tile(uint4* ring, int stage, int64_t tile, int64_t hidden,
@@ -60,8 +58,8 @@ CAKEMOE_DEVICE void shrink_tile_loop(uint4* ring, int64_t t0, int64_t t1, int64_
     }
     cp_async_commit();
     cp_async_wait<kStages - 1>();
-    const uint4* stage = ring + static_cast<int>((tile - t0) % kStages) * kShrinkSlots *
-                                    kShrinkThreads + tid;
+    const uint4* stage =
+        ring + static_cast<int>((tile - t0) % kStages) * kShrinkSlots * kShrinkThreads + tid;
     float xf[8];
     unpack8<kFp16>(stage[0], xf);
 #pragma unroll
@@ -117,8 +115,8 @@ CAKEMOE_DEVICE void shrink_reduce_store(const CakeParams& p, const RouteIndex& r
       __threadfence();
       if (tid < kRankTile) {
         float total = 0.0f;
-        for (int s = 0; s < p.splits; ++s) total = total + __ldcg(partials + (s * p.P + pair) *
-                                                                             kRank + r);
+        for (int s = 0; s < p.splits; ++s)
+          total = total + __ldcg(partials + (s * p.P + pair) * kRank + r);
         out[tid] = narrow<kFp16>(total);
       }
     }
@@ -156,8 +154,8 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
 
   const int64_t e = p.expert_ids[pair];
   const uint16_t* x_row = static_cast<const uint16_t*>(p.x) + t * p.H;
-  const uint16_t* a_rows = static_cast<const uint16_t*>(p.lora_a) +
-                           ((l * p.E + e) * kRank + rb * kRankTile) * p.H;
+  const uint16_t* a_rows =
+      static_cast<const uint16_t*>(p.lora_a) + ((l * p.E + e) * kRank + rb * kRankTile) * p.H;
   const int64_t tiles = (p.H + kShrinkTile - 1) / kShrinkTile;
   const int64_t per_split = (tiles + p.splits - 1) / p.splits;
   const int64_t t0 = min(static_cast<int64_t>(z) * per_split, tiles);

@@ -98,9 +98,9 @@ struct GpuCase {
     o.grouped = gpu_options.grouped;
     o.order_remap = gpu_options.order_remap;
     o.fallback = gpu_options.fallback;
-    return bgmv::prepare_bgmv_moe(host.x_view(), host.a_views(), host.b_views(),
-                                  host.sorted_view(), host.experts_view(), host.lora_view(),
-                                  host.weights_view(), host.spec.experts, o);
+    return bgmv::prepare_bgmv_moe(host.x_view(), host.a_views(), host.b_views(), host.sorted_view(),
+                                  host.experts_view(), host.lora_view(), host.weights_view(),
+                                  host.spec.experts, o);
   }
 };
 
@@ -111,7 +111,9 @@ struct CanaryY {
   int64_t tokens, hidden, wide;
   Tensor buffer;
   CanaryY(int64_t t, int64_t h)
-      : tokens(t), hidden(h), wide(h + kExtra),
+      : tokens(t),
+        hidden(h),
+        wide(h + kExtra),
         buffer(Tensor::empty({t, h + kExtra}, DType::kFP32, Device::cuda(0))) {
     core::fill_bytes(buffer, 0xFF, nullptr);  // NaN everywhere
   }
@@ -186,8 +188,8 @@ inline ::testing::AssertionResult bitwise_equal(const std::vector<float>& got,
   }
   if (count == 0) return ::testing::AssertionSuccess();
   std::ostringstream os;
-  os << count << " of " << got.size() << " fp32 elements differ; first at row "
-     << first / width << " col " << first % width << ": got " << got[first] << " (0x" << std::hex
+  os << count << " of " << got.size() << " fp32 elements differ; first at row " << first / width
+     << " col " << first % width << ": got " << got[first] << " (0x" << std::hex
      << float_to_bits(got[first]) << ") want " << std::dec << want[first] << " (0x" << std::hex
      << float_to_bits(want[first]) << std::dec << "); max |diff| " << max_diff;
   return ::testing::AssertionFailure() << os.str();
@@ -204,9 +206,9 @@ inline ::testing::AssertionResult bitwise_equal(const std::vector<uint16_t>& got
   }
   if (count == 0) return ::testing::AssertionSuccess();
   std::ostringstream os;
-  os << count << " of " << got.size() << " 16-bit elements differ; first at row "
-     << first / width << " col " << first % width << ": got 0x" << std::hex << got[first]
-     << " want 0x" << want[first];
+  os << count << " of " << got.size() << " 16-bit elements differ; first at row " << first / width
+     << " col " << first % width << ": got 0x" << std::hex << got[first] << " want 0x"
+     << want[first];
   return ::testing::AssertionFailure() << os.str();
 }
 
@@ -215,8 +217,8 @@ inline ::testing::AssertionResult bitwise_equal(const std::vector<uint16_t>& got
 /// outputs that cancel to ~1e-3 of their terms: the two pipelines apply the routing weight
 /// before and after the lane butterfly respectively (seen on the H200: 2e-5 relative there).
 inline ::testing::AssertionResult allclose(const std::vector<float>& got,
-                                                 const std::vector<float>& want, double tol,
-                                                 int64_t width) {
+                                           const std::vector<float>& want, double tol,
+                                           int64_t width) {
   for (size_t i = 0; i < got.size(); ++i) {
     const double w = want[i], g = got[i];
     if (std::fabs(g - w) <= tol + tol * std::fabs(w)) continue;
