@@ -2,9 +2,13 @@
 # BGMV performance session on the H200 box in one device call (bench/NOTES.md, "next, ranked"):
 # build, the BGMV GPU tests, the issue table, the stage table, the variant table (optional) and an
 # ncu per-kernel view of two reference shapes. At most 8 files land in OUTDIR (the device tool's
-# limit): summary.txt build.log tests.log bench.log stages.log variants.log ncu_1.txt ncu_2.txt.
+# limit): summary.txt build.log tests.log bench.log stages.log variants.log ncu_1.txt ncu_2.txt,
+# and sanitize.log with --sanitize (then pass --no-bench or --no-ncu to stay within 8).
 #
-#   scripts/gpu-bgmv-perf.sh OUTDIR [--variants] [--no-ncu]
+#   scripts/gpu-bgmv-perf.sh OUTDIR [--variants] [--no-ncu] [--no-bench] [--sanitize=FILTER]
+#                            [--ncu-shapes="H,R,T,k,L H,R,T,k,L"]
+#
+# --sanitize=FILTER: test_gpu under compute-sanitizer memcheck, racecheck and synccheck on FILTER.
 #
 # Every step has its own timeout inside one budget (CAKEMOE_GPU_CHECK_BUDGET, default 540 s).
 # ncu runs with --clock-control none (H200.md) and its default cache flush before each kernel.
@@ -15,10 +19,16 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 out=""
 variants=0
 ncu_on=1
+bench_on=1
+sanitize_filter=""
+ncu_shapes="3072,32,1024,2,8 3072,32,1024,2,4"
 for arg in "$@"; do
   case "$arg" in
     --variants) variants=1 ;;
     --no-ncu) ncu_on=0 ;;
+    --no-bench) bench_on=0 ;;
+    --sanitize=*) sanitize_filter="${arg#--sanitize=}" ;;
+    --ncu-shapes=*) ncu_shapes="${arg#--ncu-shapes=}" ;;
     -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     -*) cakemoe_log "unknown argument: $arg"; exit 2 ;;
     *) out="$arg" ;;
@@ -64,14 +74,26 @@ fi
 bench="$build/bench/bench_bgmv"
 step tests "$out/tests.log" 200 "$build/tests/test_gpu" --gtest_filter='Bgmv*' --gtest_brief=1
 grep -E "PASSED|FAILED" "$out/tests.log" | tail -n 5 >>"$summary"
-step bench "$out/bench.log" 90 "$bench" --reps=30
-step stages "$out/stages.log" 60 "$bench" --stages --reps=30
+if [[ -n "$sanitize_filter" ]]; then
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  for tool in memcheck racecheck synccheck; do
+    echo "==== $tool --gtest_filter=$sanitize_filter" >>"$out/sanitize.log"
+    step "sanitize $tool" "$out/sanitize.log" 200 "$sanitizer" --tool "$tool" --error-exitcode 1 \
+      "$build/tests/test_gpu" --gtest_filter="$sanitize_filter" --gtest_brief=1
+    grep -oE 'ERROR SUMMARY: [0-9]+ error[s]?|RACECHECK SUMMARY: .*' "$out/sanitize.log" |
+      tail -n 1 >>"$summary"
+  done
+fi
+if ((bench_on)); then
+  step bench "$out/bench.log" 90 "$bench" --reps=30
+  step stages "$out/stages.log" 60 "$bench" --stages --reps=30
+fi
 if ((variants)); then
   step variants "$out/variants.log" 200 "$bench" --variants --reps=30 --budget=170
 fi
 if ((ncu_on)) && command -v ncu >/dev/null 2>&1; then
   i=0
-  for shape in 3072,32,1024,2,8 3072,32,1024,2,4; do
+  for shape in $ncu_shapes; do
     i=$((i + 1))
     echo "shape $shape (default plan first, then the forced pipelines of --variants)" \
       >"$out/ncu_$i.txt"
