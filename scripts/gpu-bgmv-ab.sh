@@ -8,8 +8,10 @@
 #   scripts/gpu-bgmv-ab.sh OLD_TREE OUTDIR
 #
 # AB_TESTS=<gtest filter> also builds and runs the new tree's test_gpu (after the benches).
-# Files in OUTDIR: summary.txt, bench_old.log, bench_new.log, bench_stage<S>.log, ncu_<i>.txt,
-# tests.log (at most 8 come back: keep AB_STAGES and AB_NCU_SHAPES short). Build logs stay in
+# AB_ENVS="NAME=VALUE ..." runs the new bench once more per switch (bench_env<i>.log);
+# AB_BENCH_ARGS (e.g. --quick) goes to every bench run.
+# Files in OUTDIR: summary.txt, bench_old.log, bench_new.log, bench_stage<S>.log, bench_env<i>.log,
+# ncu_<i>.txt, tests.log (at most 8 come back: keep AB_STAGES, AB_ENVS and AB_NCU_SHAPES short). Build logs stay in
 # build-ab-{new,old}.log (their tails go to summary.txt on failure).
 set -uo pipefail
 # shellcheck source=scripts/common.sh
@@ -38,10 +40,21 @@ done
 echo "builds: $SECONDS s" >>"$summary"
 new_bench="$CAKEMOE_ROOT/build-ab-new/bench/bench_bgmv"
 old_bench="$CAKEMOE_ROOT/build-ab-old/bench/bench_bgmv"
-timeout 90 "$old_bench" --reps=30 >"$out/bench_old.log" 2>&1
-timeout 90 "$new_bench" --reps=30 >"$out/bench_new.log" 2>&1
+# shellcheck disable=SC2086  # AB_BENCH_ARGS is a list of arguments
+timeout 90 "$old_bench" --reps=30 ${AB_BENCH_ARGS:-} >"$out/bench_old.log" 2>&1
+# shellcheck disable=SC2086
+timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} >"$out/bench_new.log" 2>&1
 for s in ${AB_STAGES:-}; do
-  CAKEMOE_BGMV_GROUPED_STAGE=$s timeout 90 "$new_bench" --reps=30 >"$out/bench_stage$s.log" 2>&1
+  # shellcheck disable=SC2086
+  CAKEMOE_BGMV_GROUPED_STAGE=$s timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} \
+    >"$out/bench_stage$s.log" 2>&1
+done
+e=0
+for assignment in ${AB_ENVS:-}; do  # NAME=VALUE: the new bench again with that switch
+  e=$((e + 1))
+  echo "$assignment" >"$out/bench_env$e.log"
+  # shellcheck disable=SC2086
+  env "$assignment" timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} >>"$out/bench_env$e.log" 2>&1
 done
 i=0
 for shape in ${AB_NCU_SHAPES:-}; do

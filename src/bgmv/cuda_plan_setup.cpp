@@ -98,6 +98,16 @@ int grouped_stage_from_env(int chosen, int64_t num_pairs, int64_t hidden) {
   return std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
 }
 
+// CAKEMOE_BGMV_EXPAND_TILES=1|2|4 replaces the grouped expand's tiles per CTA (A/B runs; the
+// bits do not depend on it).
+int grouped_expand_tiles_from_env(int chosen) {
+  const char* env = std::getenv("CAKEMOE_BGMV_EXPAND_TILES");
+  if (env == nullptr || env[1] != '\0' || (env[0] != '1' && env[0] != '2' && env[0] != '4')) {
+    return chosen;
+  }
+  return env[0] - '0';
+}
+
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
   GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
@@ -133,6 +143,8 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.fused_index = geo.fused_index ? 1 : 0;
   g.stage = geo.stage;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
+  g.early_ctas = kGroupShrinkEarlyCtasPerSm * core::cuda_sm_count(s.device.index);
+  g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   launch.grouped_launcher =
       reinterpret_cast<GroupedLauncher>(unit_or_throw("grouped", dtype_name(s.dtype), arch).launch);
 }

@@ -137,26 +137,63 @@ CAKEMOE_DEVICE void store_part_rows(const GroupedParams& p, const GroupedWs& w, 
 /// copied into dynamic shared memory once and every part reads it there; kStage 2: also the x
 /// rows of the first part. The copy is thread-private (each thread copies the 16-byte vectors it
 /// later reads: vector k-tile t, lane tid) and committed one group per k tile, so tile 0's
-/// arithmetic runs while later tiles are in flight, with no barrier. kStage 0: parts after the
-/// first re-read A through L1/L2. The arithmetic is the same in every form.
+/// arithmetic runs while later tiles are in flight, with no barrier. A CTA of the first wave
+/// (p.early_ctas) whose tile slot is a bin's first tile copies its A rows before it waits for the
+/// index: A is an input and the slot names the bin, so those bytes overlap the index. kStage 0:
+/// parts after the first re-read A through L1/L2. The arithmetic is the same in every form.
 template <bool kBf16, int kStage>
 // NOTE: 3 CTAs per SM is what the staged forms' shared memory allows; the bound lets ptxas use up
 // to 170 registers instead of spilling at 128.
 __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(GroupedParams p) {
   extern __shared__ uint4 stage_vec[];
   __shared__ SplitSums red;
-  dev::pdl_wait();  // the index is complete
-  dev::pdl_trigger();
-  const GroupedWs w = grouped_ws(p);
-  if (static_cast<int>(blockIdx.x) >= w.header[0]) return;
-  const int4 info = w.tile_info[blockIdx.x];
-  const int first = info.x, routes = info.y, bin = info.z;
   const int tid = threadIdx.x;
   const int rank_block = blockIdx.y;
   const int64_t h = p.hidden;
   const int tiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
-  const uint16_t* a_global = static_cast<const uint16_t*>(p.lora_a) +
-                             (static_cast<int64_t>(bin) * p.rank + rank_block * kRankTile) * h;
+  // Staged vector (row, t) of this thread: stage_vec[(t * rows + row) * 128 + tid], rows = A's 8
+  // then (kStage 2) the first part's x rows.
+  constexpr int kRows = kRankTile + (kStage == 2 ? kGroupShrinkPart : 0);
+  const auto a_rows = [&](int bin) {
+    return static_cast<const uint16_t*>(p.lora_a) +
+           (static_cast<int64_t>(bin) * p.rank + rank_block * kRankTile) * h;
+  };
+  // Copies A's vectors of k tile t (and x's when x_rows != nullptr) without committing.
+  const auto stage_tile = [&](int t, const uint16_t* a_global, const uint16_t* const* x_rows,
+                              int x_count) {
+    const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
+    if (k0 >= h) return;  // H % 8 == 0: a vector is wholly inside or outside
+    uint4* dst = stage_vec + static_cast<int64_t>(t) * kRows * kShrinkThreads + tid;
+    if (a_global != nullptr) {
+#pragma unroll
+      for (int r = 0; r < kRankTile; ++r) {
+        dev::cp_async16(dst + r * kShrinkThreads, a_global + r * h + k0, true);
+      }
+    }
+    for (int i = 0; i < x_count; ++i) {
+      dev::cp_async16(dst + (kRankTile + i) * kShrinkThreads, x_rows[i] + k0, true);
+    }
+  };
+  const int bins = p.num_loras * p.num_experts;
+  const bool early = kStage >= 1 && static_cast<int>(blockIdx.x) < bins &&
+                     static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x) < p.early_ctas;
+  if (early) {  // A groups 0 .. tiles - 1, before the index completes
+    for (int t = 0; t < tiles; ++t) {
+      stage_tile(t, a_rows(static_cast<int>(blockIdx.x)), nullptr, 0);
+      dev::cp_async_commit();
+    }
+  }
+  dev::pdl_wait();  // the index is complete
+  dev::pdl_trigger();
+  const GroupedWs w = grouped_ws(p);
+  const int4 info = static_cast<int>(blockIdx.x) < w.header[0] ? w.tile_info[blockIdx.x]
+                                                               : make_int4(0, 0, 0, 0);
+  const int first = info.x, routes = info.y, bin = info.z;
+  if (routes == 0) {  // past the table or an empty bin's slot
+    if (early) dev::cp_async_wait<0>();  // no copy may land in a retired CTA's shared memory
+    return;
+  }
+  const uint16_t* a_global = a_rows(bin);
   const int first_part = min(kGroupShrinkPart, routes);
   const uint16_t* x_first[kGroupShrinkPart];
 #pragma unroll
@@ -164,25 +201,14 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(Group
     const int pair = w.sorted_routes[first + min(i, first_part - 1)];
     x_first[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
   }
-  // Staged vector (row, t) of this thread: stage_vec[(t * rows + row) * 128 + tid], rows = A's 8
-  // then (kStage 2) the first part's x rows.
-  constexpr int kRows = kRankTile + (kStage == 2 ? kGroupShrinkPart : 0);
+  // One group per k tile after the early A groups (if any): tile t's vectors have landed once
+  // at most tiles - 1 - t groups are pending, whichever form staged them.
   if constexpr (kStage >= 1) {
-    for (int t = 0; t < tiles; ++t) {
-      const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-      if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
-        uint4* dst = stage_vec + static_cast<int64_t>(t) * kRows * kShrinkThreads + tid;
-#pragma unroll
-        for (int r = 0; r < kRankTile; ++r) {
-          dev::cp_async16(dst + r * kShrinkThreads, a_global + r * h + k0, true);
-        }
-        if constexpr (kStage == 2) {
-          for (int i = 0; i < first_part; ++i) {
-            dev::cp_async16(dst + (kRankTile + i) * kShrinkThreads, x_first[i] + k0, true);
-          }
-        }
+    if (!early || kStage == 2) {
+      for (int t = 0; t < tiles; ++t) {
+        stage_tile(t, early ? nullptr : a_global, x_first, kStage == 2 ? first_part : 0);
+        dev::cp_async_commit();
       }
-      dev::cp_async_commit();
     }
   }
   const int tiles_per_split = (tiles + p.splits - 1) / p.splits;
@@ -233,71 +259,110 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(Group
   }
 }
 
-/// grid (max_tiles, ceil(H / 256)) x 256: one column per thread; B row read once per tile, its
-/// loads issued before the tile's shrink rows are staged (they need only the tile's bin); the
-/// rows come from tile_rows in one contiguous trip.
-template <bool kBf16, int kRank>
-__global__ void __launch_bounds__(kGroupExpandCols) grouped_expand_kernel(GroupedParams p) {
-  __shared__ float srow[kGroupTileRoutes][kRank];
-  __shared__ int spair[kGroupTileRoutes];
+/// Dynamic shared memory of the grouped expand: kTiles x R/8 x 256 vectors of B.
+constexpr int64_t grouped_expand_smem_bytes(int rank, int tiles) {
+  return static_cast<int64_t>(tiles) * (rank / 8) * kGroupExpandCols * 16;
+}
+
+/// grid (ceil(max_tiles / kTiles), ceil(H / 256)) x 256: one column per thread over kTiles
+/// consecutive tiles. Each thread copies its column's B rows of every tile into shared memory
+/// (cp.async, thread-private, one group per tile) right after reading the tile table, so a CTA
+/// has kTiles x 16 KB (rank 32) in flight per trip instead of 16 KB; the rows come from tile_rows
+/// in one contiguous trip.
+template <bool kBf16, int kRank, int kTiles>
+// NOTE: ranks <= 32 keep 4 CTAs per SM (<= 64 registers; 2 tiles at rank 32 asked for 66).
+__global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
+    grouped_expand_kernel(GroupedParams p) {
+  extern __shared__ uint4 bstage[];  // [kTiles][kRank / 8][256]
+  __shared__ float srow[kTiles][kGroupTileRoutes][kRank];
+  __shared__ int spair[kTiles][kGroupTileRoutes];
   constexpr int kGroups = kRank / 8;
   dev::pdl_wait();
   dev::pdl_trigger();
   const GroupedWs w = grouped_ws(p);
-  if (static_cast<int>(blockIdx.x) >= w.header[0]) return;
-  const int4 info = w.tile_info[blockIdx.x];
-  const int first = info.x, n = info.y, bin = info.z;
-  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols + threadIdx.x;
-  const bool column = c < p.hidden;
-  uint4 braw[kGroups];
-  if (column) {
-    const uint4* brow =
-        reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
-                                       (static_cast<int64_t>(bin) * p.hidden + c) * kRank);
+  const int tile0 = static_cast<int>(blockIdx.x) * kTiles;
+  const int ntiles = w.header[0];
+  if (tile0 >= ntiles) return;
+  int4 info[kTiles];
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) braw[g] = brow[g];
+  for (int j = 0; j < kTiles; ++j) {
+    info[j] = tile0 + j < ntiles ? w.tile_info[tile0 + j] : make_int4(0, 0, 0, 0);
   }
-  // One trip: the shrink wrote the tile's rows contiguously (tile_rows, sorted-route order).
-  if (threadIdx.x < n) spair[threadIdx.x] = w.sorted_routes[first + threadIdx.x];
-  const uint16_t* rows = w.tile_rows + static_cast<int64_t>(first) * kRank;
-  for (int idx = threadIdx.x; idx < n * kRank; idx += blockDim.x) {
-    srow[idx / kRank][idx % kRank] = widen<kBf16>(rows[idx]);
+  const int tid = threadIdx.x;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols + tid;
+  const bool column = c < p.hidden;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    if (column && info[j].y > 0) {
+      const uint16_t* brow =
+          static_cast<const uint16_t*>(p.lora_b) + (static_cast<int64_t>(info[j].z) * p.hidden + c) * kRank;
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        dev::cp_async16(bstage + (j * kGroups + g) * kGroupExpandCols + tid, brow + 8 * g, true);
+      }
+    }
+    dev::cp_async_commit();
+  }
+  // One trip: the shrink wrote each tile's rows contiguously (tile_rows, sorted-route order).
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int n = info[j].y;
+    if (tid < n) spair[j][tid] = w.sorted_routes[info[j].x + tid];
+    const uint16_t* rows = w.tile_rows + static_cast<int64_t>(info[j].x) * kRank;
+    for (int idx = tid; idx < n * kRank; idx += blockDim.x) {
+      srow[j][idx / kRank][idx % kRank] = widen<kBf16>(rows[idx]);
+    }
   }
   __syncthreads();
-  if (!column) return;
-  float b[kRank];
+  if (!column) return;  // (it copied nothing)
 #pragma unroll
-  for (int g = 0; g < kGroups; ++g) dev::unpack8<!kBf16>(braw[g], b + 8 * g);
-  for (int i = 0; i < n; ++i) {
-    float lanes[kGroups];
+  for (int j = 0; j < kTiles; ++j) {
+    const int n = info[j].y;
+    if (n == 0) continue;
+    cp_async_wait_upto(kTiles - 1 - j);
+    float b[kRank];
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
-      float part = 0.0f;
-#pragma unroll
-      for (int r = 8 * g; r < 8 * g + 8; ++r) part = fmaf(srow[i][r], b[r], part);
-      lanes[g] = part;
+      dev::unpack8<!kBf16>(bstage[(j * kGroups + g) * kGroupExpandCols + tid], b + 8 * g);
     }
-    // Lane 0 of the XOR butterfly (offsets G/2 .. 1): lanes >= off mirror lanes < off.
-    p.partials[static_cast<int64_t>(spair[i]) * p.hidden + c] =
-        dev::butterfly_lane0<kGroups>(lanes);
+    for (int i = 0; i < n; ++i) {
+      float lanes[kGroups];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        float part = 0.0f;
+#pragma unroll
+        for (int r = 8 * g; r < 8 * g + 8; ++r) part = fmaf(srow[j][i][r], b[r], part);
+        lanes[g] = part;
+      }
+      // Lane 0 of the XOR butterfly (offsets G/2 .. 1): lanes >= off mirror lanes < off.
+      p.partials[static_cast<int64_t>(spair[j][i]) * p.hidden + c] =
+          dev::butterfly_lane0<kGroups>(lanes);
+    }
   }
 }
 
 /// grid T x 256: one token per CTA, all its columns (4 per thread per step, float4 loads of the
 /// partials): y[t, c] = fma chain of partial * weight over the token's routes in ascending pair
 /// order from 0 (reference::bgmv's grouped order); 0 for tokens without routes or LoRA.
+///
+/// The token's route list is read before griddepcontrol.wait: the index wrote it, and the index
+/// grid completed before the shrink's wait returned, which precedes this grid's launch (the
+/// expand triggers only after its own wait). The reads go to L2 (ld.global.cg), where the
+/// index's stores are. Only the partials need this grid's wait.
 template <int kUnused = 0>
 __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(GroupedParams p) {
   __shared__ int list[kGroupCombineThreads];
   __shared__ float weight[kGroupCombineThreads];
   __shared__ int warp_counts[kGroupCombineThreads / 32];
-  dev::pdl_wait();
   const GroupedWs w = grouped_ws(p);
   const int t = blockIdx.x, tid = threadIdx.x;
   const int64_t h = p.hidden;
-  const int count = w.token_count[t];
+  const int count = __ldcg(w.token_count + t);
   float* y = p.y + static_cast<int64_t>(t) * p.y_row_stride;
   constexpr int kStep = 4 * kGroupCombineThreads;
+  // NOTE: kSteps float4 per thread per chunk, every route's loads issued before the first store
+  // (a store between them would keep the compiler from hoisting the next step's loads).
+  constexpr int kSteps = 4;
   const auto accumulate = [&](int n, int c, float* acc) {
     for (int j = 0; j < n; ++j) {
       const float4 v = *reinterpret_cast<const float4*>(p.partials + list[j] * h + c);
@@ -314,20 +379,41 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
   if (count <= kGroupTokenSlots) {
     // Sort the (unordered) slots ascending: each slot's rank = number of smaller pair ids.
     if (tid < count) {
-      const int mine = w.token_slots[t * kGroupTokenSlots + tid];
+      const int* slots = w.token_slots + t * kGroupTokenSlots;
+      const int mine = __ldcg(slots + tid);
       int rank = 0;
-      for (int j = 0; j < count; ++j) rank += w.token_slots[t * kGroupTokenSlots + j] < mine;
+      for (int j = 0; j < count; ++j) rank += __ldcg(slots + j) < mine;
       list[rank] = mine;
       weight[rank] = p.topk_weights[mine];
     }
     __syncthreads();
-    for (int c = 4 * tid; c < h; c += kStep) {
-      float acc[4] = {};
-      accumulate(count, c, acc);
-      store(c, acc);
+    dev::pdl_wait();
+    for (int c0 = 4 * tid; c0 < h; c0 += kSteps * kStep) {
+      float acc[kSteps][4] = {};
+#pragma unroll 4
+      for (int j = 0; j < count; ++j) {
+        const float* src = p.partials + list[j] * h;
+        const float wj = weight[j];
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s) {
+          const int c = c0 + s * kStep;
+          if (c < h) {
+            const float4 v = *reinterpret_cast<const float4*>(src + c);
+            acc[s][0] = fmaf(v.x, wj, acc[s][0]);
+            acc[s][1] = fmaf(v.y, wj, acc[s][1]);
+            acc[s][2] = fmaf(v.z, wj, acc[s][2]);
+            acc[s][3] = fmaf(v.w, wj, acc[s][3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        if (c0 + s * kStep < h) store(c0 + s * kStep, acc[s]);
+      }
     }
     return;
   }
+  dev::pdl_wait();
   // More than 16 routes: exact scan of all pairs, compacted in ascending order per chunk of 256,
   // once per column step.
   const int lane = tid & 31, warp = tid >> 5;

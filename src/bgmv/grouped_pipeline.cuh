@@ -52,11 +52,32 @@ void launch_ring_shrink(const GroupedParams& p, cudaStream_t stream) {
                   p.pdl != 0, p);
 }
 
+template <bool kBf16, int kRank, int kTiles>
+void launch_expand_tiles(const GroupedParams& p, cudaStream_t stream) {
+  const dim3 grid((p.max_tiles + kTiles - 1) / kTiles,
+                  (p.hidden + kGroupExpandCols - 1) / kGroupExpandCols);
+  launch_stage(grouped_expand_kernel<kBf16, kRank, kTiles>, grid, kGroupExpandCols,
+               static_cast<size_t>(grouped_expand_smem_bytes(kRank, kTiles)), p.pdl != 0, stream,
+               p);
+}
+
 template <bool kBf16, int kRank>
 void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
   const bool pdl = p.pdl != 0;
-  const dim3 grid(p.max_tiles, (p.hidden + kGroupExpandCols - 1) / kGroupExpandCols);
-  launch_stage(grouped_expand_kernel<kBf16, kRank>, grid, kGroupExpandCols, 0, pdl, stream, p);
+  switch (p.expand_tiles) {
+    case 1:
+      launch_expand_tiles<kBf16, kRank, 1>(p, stream);
+      break;
+    case 2:
+      launch_expand_tiles<kBf16, kRank, 2>(p, stream);
+      break;
+    case 4:
+      launch_expand_tiles<kBf16, kRank, 4>(p, stream);
+      break;
+    default:
+      throw InvalidArgument("expand_tiles", "the grouped expand takes 1, 2 or 4 tiles per CTA, got " +
+                                                std::to_string(p.expand_tiles));
+  }
   launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, pdl, stream,
                p);
 }

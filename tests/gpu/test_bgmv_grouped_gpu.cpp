@@ -54,6 +54,15 @@ BgmvPlan prepare_grouped(const GpuCase& g, int index) {
                                              internals));
 }
 
+/// Sets an environment switch for one scope (unset again however the scope ends).
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+  const char* name_;
+};
+
 /// Each index form of `row` against the CPU grouped order.
 void check_forms(const GroupedRow& row, uint64_t seed, const std::vector<int>& indexes) {
   GpuCase g(bgmv_test::make_case(grouped_spec(row, seed)));
@@ -116,10 +125,7 @@ TEST(BgmvGroupedGpu, FormsBitwiseVsCpu) {
 // (H 1344, 2112, 7176) and ranks 8-64.
 TEST(BgmvGroupedGpu, RingShrinkBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
-  struct StageEnv {  // unset again however the test ends
-    StageEnv() { setenv("CAKEMOE_BGMV_GROUPED_STAGE", "3", 1); }
-    ~StageEnv() { unsetenv("CAKEMOE_BGMV_GROUPED_STAGE"); }
-  } stage_env;
+  const ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "3");
   const std::vector<GroupedRow> rows = {
       {768, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
       {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
@@ -130,6 +136,25 @@ TEST(BgmvGroupedGpu, RingShrinkBitwiseVsCpu) {
       {7176, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};
   uint64_t seed = 4200;
   for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
+}
+
+// The grouped expand with 1, 2 and 4 tiles per CTA (CAKEMOE_BGMV_EXPAND_TILES): the same bits.
+// The rows cover empty bins' tile slots (P far below the bin count, first-wave and later CTAs),
+// bins cut into several tiles (64 routes per bin), a tile count that is not a multiple of 4,
+// ranks 8-64 and both dtypes.
+TEST(BgmvGroupedGpu, ExpandTilesBitwiseVsCpu) {
+  CAKEMOE_REQUIRE_GPU();
+  const GroupedRow rows[] = {
+      {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},  // 1024 bins, P 1024
+      {1344, 16, 512, 2, 2, 8, DType::kFP16, PairOrder::kSlotMajor},     // 64 routes per bin
+      {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
+      {768, 8, 200, 3, 5, 7, DType::kBF16, PairOrder::kTokenMajor}};     // 35 bins
+  for (const char* tiles : {"1", "2", "4"}) {
+    const ScopedEnv env("CAKEMOE_BGMV_EXPAND_TILES", tiles);
+    SCOPED_TRACE(std::string("expand tiles ") + tiles);
+    uint64_t seed = 7100;
+    for (const GroupedRow& row : rows) check_forms(row, ++seed, {1});
+  }
 }
 
 // P > 16384: the hist / scan / scatter index is the only form.
