@@ -259,24 +259,34 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(Group
   }
 }
 
-/// Dynamic shared memory of the grouped expand: kTiles x R/8 x 256 vectors of B.
+/// Dynamic shared memory of the grouped expand: kTiles x 256 columns x R/8 vectors of B.
 constexpr int64_t grouped_expand_smem_bytes(int rank, int tiles) {
   return static_cast<int64_t>(tiles) * (rank / 8) * kGroupExpandCols * 16;
 }
 
+/// Shared-memory slot of vector g of column c's B row (kGroups vectors per row): rows are stored
+/// one after another, with the vector index XOR-swizzled so that the 8 threads of one 128-byte
+/// LDS.128 wavefront (columns c .. c + 7, same g) hit 8 different 16-byte bank groups.
+template <int kGroups>
+CAKEMOE_DEVICE int expand_slot(int c, int g) {
+  constexpr int kRowsPerLine = kGroups >= 8 ? 1 : 8 / kGroups;
+  return c * kGroups + (g ^ ((c / kRowsPerLine) % kGroups));
+}
+
 /// grid (ceil(max_tiles / kTiles), ceil(H / 256)) x 256: one column per thread over kTiles
-/// consecutive tiles. Each thread copies its column's B rows of every tile into shared memory
-/// (cp.async, thread-private, one group per tile) right after reading the tile table, so a CTA
-/// has kTiles x 16 KB (rank 32) in flight per trip instead of 16 KB; the rows come from tile_rows
-/// in one contiguous trip.
+/// consecutive tiles. Right after reading the tile table the CTA copies every tile's B block
+/// (256 columns x R, contiguous in global memory) into shared memory with coalesced cp.async,
+/// so kTiles x 16 KB (rank 32) are in flight per trip; the rows come from tile_rows in one
+/// contiguous trip.
 template <bool kBf16, int kRank, int kTiles>
 // NOTE: ranks <= 32 keep 4 CTAs per SM (<= 64 registers; 2 tiles at rank 32 asked for 66).
 __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
     grouped_expand_kernel(GroupedParams p) {
-  extern __shared__ uint4 bstage[];  // [kTiles][kRank / 8][256]
+  extern __shared__ uint4 bstage[];  // [kTiles][256 * kRank / 8], expand_slot order
   __shared__ float srow[kTiles][kGroupTileRoutes][kRank];
   __shared__ int spair[kTiles][kGroupTileRoutes];
   constexpr int kGroups = kRank / 8;
+  constexpr int kTileVectors = kGroupExpandCols * kGroups;
   dev::pdl_wait();
   dev::pdl_trigger();
   const GroupedWs w = grouped_ws(p);
@@ -289,20 +299,20 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
     info[j] = tile0 + j < ntiles ? w.tile_info[tile0 + j] : make_int4(0, 0, 0, 0);
   }
   const int tid = threadIdx.x;
-  const int64_t c = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols + tid;
-  const bool column = c < p.hidden;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols;
+  const int cols = static_cast<int>(min(static_cast<int64_t>(kGroupExpandCols), p.hidden - col0));
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    if (column && info[j].y > 0) {
-      const uint16_t* brow =
-          static_cast<const uint16_t*>(p.lora_b) + (static_cast<int64_t>(info[j].z) * p.hidden + c) * kRank;
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        dev::cp_async16(bstage + (j * kGroups + g) * kGroupExpandCols + tid, brow + 8 * g, true);
-      }
+    if (info[j].y == 0) continue;
+    const uint4* block = reinterpret_cast<const uint4*>(
+        static_cast<const uint16_t*>(p.lora_b) +
+        (static_cast<int64_t>(info[j].z) * p.hidden + col0) * kRank);
+    for (int q = tid; q < cols * kGroups; q += kGroupExpandCols) {
+      dev::cp_async16(bstage + j * kTileVectors + expand_slot<kGroups>(q / kGroups, q % kGroups),
+                      block + q, true);
     }
-    dev::cp_async_commit();
   }
+  dev::cp_async_commit();
   // One trip: the shrink wrote each tile's rows contiguously (tile_rows, sorted-route order).
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
@@ -313,17 +323,18 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
       srow[j][idx / kRank][idx % kRank] = widen<kBf16>(rows[idx]);
     }
   }
+  dev::cp_async_wait<0>();
   __syncthreads();
-  if (!column) return;  // (it copied nothing)
+  if (tid >= cols) return;
+  const int64_t c = col0 + tid;
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int n = info[j].y;
     if (n == 0) continue;
-    cp_async_wait_upto(kTiles - 1 - j);
     float b[kRank];
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
-      dev::unpack8<!kBf16>(bstage[(j * kGroups + g) * kGroupExpandCols + tid], b + 8 * g);
+      dev::unpack8<!kBf16>(bstage[j * kTileVectors + expand_slot<kGroups>(tid, g)], b + 8 * g);
     }
     for (int i = 0; i < n; ++i) {
       float lanes[kGroups];
