@@ -118,6 +118,38 @@ CAKEMOE_DEVICE float warp_butterfly(float v) {
   return v;
 }
 
+/// One reduce-scatter level of warp_reduce_scatter: the lane holds kM slots in v[0, kM) and
+/// keeps half of them, swapping the other half with lane ^ kOff.
+template <int kM, int kOff, int kSlots>
+CAKEMOE_DEVICE void reduce_scatter_level(float (&v)[kSlots], int lane) {
+  const bool upper = (lane & kOff) != 0;  // this lane keeps slots [kM / 2, kM) of what it holds
+#pragma unroll
+  for (int q = 0; q < kM / 2; ++q) {
+    const float keep = upper ? v[q + kM / 2] : v[q];
+    const float send = upper ? v[q] : v[q + kM / 2];
+    v[q] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, kOff);
+  }
+  if constexpr (kM / 2 > 1) reduce_scatter_level<kM / 2, kOff / 2>(v, lane);
+}
+
+/// warp_butterfly of kSlots values at once (kSlots = 2, 4, .. 32), as a reduce-scatter: at
+/// offsets 16, 8, .. each lane keeps half of its remaining slots and swaps the other half with
+/// lane ^ offset, until one slot is left; the remaining offsets are plain butterflies. Each pair
+/// sum is the butterfly's (a + b == b + a), so slot s ends bitwise equal to warp_butterfly(v[s]),
+/// held by lanes s * (32 / kSlots) .. + 32 / kSlots - 1. 2 x (kSlots - 1) selects and kSlots - 1
+/// shuffles instead of 5 kSlots shuffles. Returns this lane's slot sum; v is clobbered.
+template <int kSlots>
+CAKEMOE_DEVICE float warp_reduce_scatter(float (&v)[kSlots]) {
+  static_assert(kSlots >= 2 && kSlots <= kWarp && (kSlots & (kSlots - 1)) == 0, "power of two");
+  reduce_scatter_level<kSlots, kWarp / 2>(v, static_cast<int>(threadIdx.x) & (kWarp - 1));
+  float sum = v[0];
+#pragma unroll
+  for (int off = kWarp / kSlots / 2; off >= 1; off /= 2) {
+    sum = sum + __shfl_xor_sync(0xFFFFFFFFu, sum, off);
+  }
+  return sum;
+}
+
 /// Lane 0 of an XOR butterfly over `kLanes` values held by one thread (kLanes a power of two):
 /// at offset `off` lane i < off adds lane i + off (== i ^ off), exactly the lanes lane 0 needs.
 template <int kLanes>

@@ -143,11 +143,7 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.fused_index = geo.fused_index ? 1 : 0;
   g.stage = geo.stage;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
-  // CAKEMOE_BGMV_SHRINK_EARLY=0 turns the early A copies off (A/B runs; same bits).
-  const char* early_env = std::getenv("CAKEMOE_BGMV_SHRINK_EARLY");
-  const bool early = early_env == nullptr || std::string(early_env) != "0";
-  g.early_ctas = early ? kGroupShrinkEarlyCtasPerSm * core::cuda_sm_count(s.device.index) : 0;
-  g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
+  g.expand_tiles = grouped_expand_tiles_from_env(grouped_expand_tiles(g.rank));
   launch.grouped_launcher =
       reinterpret_cast<GroupedLauncher>(unit_or_throw("grouped", dtype_name(s.dtype), arch).launch);
 }

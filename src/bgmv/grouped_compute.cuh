@@ -91,21 +91,46 @@ CAKEMOE_DEVICE void shrink_tile_n(int n, const LoadX& load_x, const LoadA& load_
 /// Shared memory of the split reduction: one sum per (warp, route, rank row).
 using SplitSums = float[4][kGroupShrinkPart][kRankTile];
 
-/// The end of one split of a part (spec §3.2): warp XOR butterflies (16 .. 1) of the live
+/// Warp sums of the first kRoutes routes' accumulators (kRoutes x 8 slots, padded with zeros to
+/// a power of two) by dev::warp_reduce_scatter: bitwise the XOR butterflies 16 .. 1 of each
+/// slot. Lane l's slot (route i, rank row r) goes to red[warp][i][r].
+template <int kRoutes>
+CAKEMOE_DEVICE void warp_sums_to_shared(const float (&acc)[kGroupShrinkPart][kRankTile],
+                                        SplitSums& red) {
+  constexpr int kSlots = kRoutes * kRankTile <= 8 ? 8 : (kRoutes * kRankTile <= 16 ? 16 : 32);
+  float v[kSlots];
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    v[s] = s / kRankTile < kRoutes ? acc[s / kRankTile][s % kRankTile] : 0.0f;
+  }
+  const float sum = dev::warp_reduce_scatter<kSlots>(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int kLanesPerSlot = 32 / kSlots;
+  if (lane % kLanesPerSlot == 0) {
+    const int slot = lane / kLanesPerSlot;
+    if (slot < kRoutes * kRankTile) red[warp][slot / kRankTile][slot % kRankTile] = sum;
+  }
+}
+
+/// The end of one split of a part (spec §3.2): the warp XOR butterflies (16 .. 1) of the live
 /// routes' accumulators, then the warp sums in warp order from 0.0f, added to `total` by thread
 /// i * 8 + r < 8 n. Every thread of the 128-thread CTA calls it (two barriers).
 CAKEMOE_DEVICE void add_split_sums(int n, const float (&acc)[kGroupShrinkPart][kRankTile],
                                    SplitSums& red, float* total) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-#pragma unroll
-  for (int i = 0; i < kGroupShrinkPart; ++i) {
-    if (i < n) {  // CTA-uniform
-#pragma unroll
-      for (int r = 0; r < kRankTile; ++r) {
-        const float v = dev::warp_butterfly(acc[i][r]);
-        if (lane == 0) red[warp][i][r] = v;
-      }
-    }
+  const int tid = threadIdx.x;
+  switch (n) {  // CTA-uniform
+    case 1:
+      warp_sums_to_shared<1>(acc, red);
+      break;
+    case 2:
+      warp_sums_to_shared<2>(acc, red);
+      break;
+    case 3:
+      warp_sums_to_shared<3>(acc, red);
+      break;
+    default:
+      warp_sums_to_shared<4>(acc, red);
+      break;
   }
   __syncthreads();
   if (tid < n * kRankTile) {
@@ -137,63 +162,28 @@ CAKEMOE_DEVICE void store_part_rows(const GroupedParams& p, const GroupedWs& w, 
 /// copied into dynamic shared memory once and every part reads it there; kStage 2: also the x
 /// rows of the first part. The copy is thread-private (each thread copies the 16-byte vectors it
 /// later reads: vector k-tile t, lane tid) and committed one group per k tile, so tile 0's
-/// arithmetic runs while later tiles are in flight, with no barrier. A CTA of the first wave
-/// (p.early_ctas) whose tile slot is a bin's first tile copies its A rows before it waits for the
-/// index: A is an input and the slot names the bin, so those bytes overlap the index. kStage 0:
-/// parts after the first re-read A through L1/L2. The arithmetic is the same in every form.
+/// arithmetic runs while later tiles are in flight, with no barrier. kStage 0: parts after the
+/// first re-read A through L1/L2. The arithmetic is the same in every form.
 template <bool kBf16, int kStage>
-// NOTE: 3 CTAs per SM is what the staged forms' shared memory allows; the bound lets ptxas use up
-// to 170 registers instead of spilling at 128.
-__global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(GroupedParams p) {
+// NOTE: stage 2's shared memory allows 3 CTAs per SM, so its bound lets ptxas use up to 170
+// registers instead of spilling at 128; stage 1 (49 KB at H 3072) fits 4, which its 128
+// registers keep (ptxas: 125-128, no spill), stage 0 has no shared memory and needs ~150.
+__global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
+    grouped_shrink_kernel(GroupedParams p) {
   extern __shared__ uint4 stage_vec[];
   __shared__ SplitSums red;
+  dev::pdl_wait();  // the index is complete
+  dev::pdl_trigger();
+  const GroupedWs w = grouped_ws(p);
+  if (static_cast<int>(blockIdx.x) >= w.header[0]) return;
+  const int4 info = w.tile_info[blockIdx.x];
+  const int first = info.x, routes = info.y, bin = info.z;
   const int tid = threadIdx.x;
   const int rank_block = blockIdx.y;
   const int64_t h = p.hidden;
   const int tiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
-  // Staged vector (row, t) of this thread: stage_vec[(t * rows + row) * 128 + tid], rows = A's 8
-  // then (kStage 2) the first part's x rows.
-  constexpr int kRows = kRankTile + (kStage == 2 ? kGroupShrinkPart : 0);
-  const auto a_rows = [&](int bin) {
-    return static_cast<const uint16_t*>(p.lora_a) +
-           (static_cast<int64_t>(bin) * p.rank + rank_block * kRankTile) * h;
-  };
-  // Copies A's vectors of k tile t (and x's when x_rows != nullptr) without committing.
-  const auto stage_tile = [&](int t, const uint16_t* a_global, const uint16_t* const* x_rows,
-                              int x_count) {
-    const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-    if (k0 >= h) return;  // H % 8 == 0: a vector is wholly inside or outside
-    uint4* dst = stage_vec + static_cast<int64_t>(t) * kRows * kShrinkThreads + tid;
-    if (a_global != nullptr) {
-#pragma unroll
-      for (int r = 0; r < kRankTile; ++r) {
-        dev::cp_async16(dst + r * kShrinkThreads, a_global + r * h + k0, true);
-      }
-    }
-    for (int i = 0; i < x_count; ++i) {
-      dev::cp_async16(dst + (kRankTile + i) * kShrinkThreads, x_rows[i] + k0, true);
-    }
-  };
-  const int bins = p.num_loras * p.num_experts;
-  const bool early = kStage >= 1 && static_cast<int>(blockIdx.x) < bins &&
-                     static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x) < p.early_ctas;
-  if (early) {  // A groups 0 .. tiles - 1, before the index completes
-    for (int t = 0; t < tiles; ++t) {
-      stage_tile(t, a_rows(static_cast<int>(blockIdx.x)), nullptr, 0);
-      dev::cp_async_commit();
-    }
-  }
-  dev::pdl_wait();  // the index is complete
-  dev::pdl_trigger();
-  const GroupedWs w = grouped_ws(p);
-  const int4 info = static_cast<int>(blockIdx.x) < w.header[0] ? w.tile_info[blockIdx.x]
-                                                               : make_int4(0, 0, 0, 0);
-  const int first = info.x, routes = info.y, bin = info.z;
-  if (routes == 0) {  // past the table or an empty bin's slot
-    if (early) dev::cp_async_wait<0>();  // no copy may land in a retired CTA's shared memory
-    return;
-  }
-  const uint16_t* a_global = a_rows(bin);
+  const uint16_t* a_global = static_cast<const uint16_t*>(p.lora_a) +
+                             (static_cast<int64_t>(bin) * p.rank + rank_block * kRankTile) * h;
   const int first_part = min(kGroupShrinkPart, routes);
   const uint16_t* x_first[kGroupShrinkPart];
 #pragma unroll
@@ -201,14 +191,25 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(Group
     const int pair = w.sorted_routes[first + min(i, first_part - 1)];
     x_first[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
   }
-  // One group per k tile after the early A groups (if any): tile t's vectors have landed once
-  // at most tiles - 1 - t groups are pending, whichever form staged them.
+  // Staged vector (row, t) of this thread: stage_vec[(t * rows + row) * 128 + tid], rows = A's 8
+  // then (kStage 2) the first part's x rows.
+  constexpr int kRows = kRankTile + (kStage == 2 ? kGroupShrinkPart : 0);
   if constexpr (kStage >= 1) {
-    if (!early || kStage == 2) {
-      for (int t = 0; t < tiles; ++t) {
-        stage_tile(t, early ? nullptr : a_global, x_first, kStage == 2 ? first_part : 0);
-        dev::cp_async_commit();
+    for (int t = 0; t < tiles; ++t) {
+      const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
+      if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
+        uint4* dst = stage_vec + static_cast<int64_t>(t) * kRows * kShrinkThreads + tid;
+#pragma unroll
+        for (int r = 0; r < kRankTile; ++r) {
+          dev::cp_async16(dst + r * kShrinkThreads, a_global + r * h + k0, true);
+        }
+        if constexpr (kStage == 2) {
+          for (int i = 0; i < first_part; ++i) {
+            dev::cp_async16(dst + (kRankTile + i) * kShrinkThreads, x_first[i] + k0, true);
+          }
+        }
       }
+      dev::cp_async_commit();
     }
   }
   const int tiles_per_split = (tiles + p.splits - 1) / p.splits;
@@ -230,18 +231,35 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_shrink_kernel(Group
 #pragma unroll
         for (int r = 0; r < kRankTile; ++r) acc[i][r] = 0.0f;
       }
+      // x rows read from global memory (every part but a staged first one): tile t + 1's
+      // vectors are loaded before tile t's arithmetic, so only a split's first tile waits.
+      const bool x_global = !(kStage == 2 && part == 0);
+      uint4 x_next[kGroupShrinkPart];
+      const auto fetch_x = [&](int t) {
+        const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
+        if (k0 >= h) return;
+#pragma unroll
+        for (int i = 0; i < kGroupShrinkPart; ++i) {
+          if (i < n) x_next[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
+        }
+      };
+      if (x_global && t0 < t1) fetch_x(t0);
       for (int t = t0; t < t1; ++t) {
         const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-        if (k0 >= h) continue;
+        if (k0 >= h) continue;  // only in the last tile: nothing to fetch after it
         const uint4* staged = stage_vec + static_cast<int64_t>(t) * kRows * kShrinkThreads + tid;
         if constexpr (kStage >= 1) {
           if (part == 0) cp_async_wait_upto(tiles - 1 - t);
         }
+        uint4 x_now[kGroupShrinkPart];
+#pragma unroll
+        for (int i = 0; i < kGroupShrinkPart; ++i) x_now[i] = x_next[i];
+        if (x_global && t + 1 < t1) fetch_x(t + 1);
         const auto load_x = [&](int i, float* out) {
           if (kStage == 2 && part == 0) {
             dev::unpack8<!kBf16>(staged[(kRankTile + i) * kShrinkThreads], out);
           } else {
-            load8<kBf16>(xs[i] + k0, out);
+            dev::unpack8<!kBf16>(x_now[i], out);
           }
         };
         const auto load_a = [&](int r, float* out) {

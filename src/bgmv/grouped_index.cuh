@@ -17,13 +17,13 @@ namespace grouped {
 struct GroupedWs {
   int* header;
   int* bin_offset;
-  int* tile_start;  ///< scratch of group_scan (extra-tile counts, then their bases per bin)
+  int* tile_start;  ///< scratch of group_scan (tile counts, then tile bases per bin)
   int* sorted_routes;
   int* token_count;
   int* token_slots;
   int* hist;
   int* cta_base;
-  int4* tile_info;  ///< {first route in sorted_routes, routes (0..16), bin, 0}; write_tile_table
+  int4* tile_info;  ///< {first route in sorted_routes, routes (1..16), bin, 0}
   uint16_t* tile_rows;  ///< [P][R] the shrink rows again, in sorted-route order
 };
 
@@ -50,29 +50,6 @@ CAKEMOE_DEVICE void hist_chunk(const GroupedParams& p, int* begin, int* end) {
   const int chunk = (p.num_pairs + p.hist_ctas - 1) / p.hist_ctas;
   *begin = min(p.num_pairs, static_cast<int>(blockIdx.x) * chunk);
   *end = min(p.num_pairs, *begin + chunk);
-}
-
-/// Tiles of one bin beyond its first (a bin is cut into tiles of <= kGroupTileRoutes routes).
-CAKEMOE_HD int extra_tiles(int count) {
-  return count > kGroupTileRoutes ? (count - 1) / kGroupTileRoutes : 0;
-}
-
-/// The tile table, bin-slotted: slot b < bins is bin b's first tile (0 routes for an empty bin),
-/// so a grouped-shrink CTA knows its bin before the index has run and can start its A loads;
-/// a bin's further tiles sit at bins + extra_base[b] + (k - 1). `offsets` are the exclusive route
-/// offsets per bin (bins + 1 entries), `extra_base` the exclusive scan of extra_tiles(). The
-/// caller writes header[0] = bins + total extra tiles.
-CAKEMOE_DEVICE void write_tile_table(int4* tile_info, const int* offsets, const int* extra_base,
-                                     int bins) {
-  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
-    const int start = offsets[b], count = offsets[b + 1] - start;
-    tile_info[b] = make_int4(start, min(kGroupTileRoutes, count), b, 0);
-    for (int k = 1; k * kGroupTileRoutes < count; ++k) {
-      const int first = start + k * kGroupTileRoutes;
-      tile_info[bins + extra_base[b] + k - 1] =
-          make_int4(first, min(kGroupTileRoutes, start + count - first), b, 0);
-    }
-  }
 }
 
 /// grid hist_ctas x 256, dynamic smem bins ints: per-CTA bin histogram; resets token_count
@@ -119,19 +96,23 @@ __global__ void __launch_bounds__(1024) group_scan_kernel(GroupedParams p) {
   }
   if (threadIdx.x == 0) w.bin_offset[bins] = 0;
   __syncthreads();
-  // Extra-tile counts go to tile_start[0, bins) first (max_tiles >= bins), scanned into bases.
+  // Tile counts go to tile_start[0, bins) first (max_tiles >= bins), scanned into tile bases.
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
-    w.tile_start[b] = extra_tiles(w.bin_offset[b]);
+    w.tile_start[b] = (w.bin_offset[b] + kGroupTileRoutes - 1) / kGroupTileRoutes;
   }
   __syncthreads();
   block_exclusive_scan(w.bin_offset, bins + 1, warp_sums);
-  const int extras = block_exclusive_scan(w.tile_start, bins, warp_sums);
-  // tile_start now holds each bin's extra-tile base (scratch: only tile_info is read later).
-  write_tile_table(w.tile_info, w.bin_offset, w.tile_start, bins);
+  const int tiles = block_exclusive_scan(w.tile_start, bins, warp_sums);
+  // tile_start now holds each bin's tile base (scratch: only tile_info is read later).
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
-    for (int c = 0; c < p.hist_ctas; ++c) w.cta_base[c * bins + b] += w.bin_offset[b];
+    const int start = w.bin_offset[b], count = w.bin_offset[b + 1] - start;
+    for (int k = 0; k * kGroupTileRoutes < count; ++k) {
+      w.tile_info[w.tile_start[b] + k] = make_int4(
+          start + k * kGroupTileRoutes, min(kGroupTileRoutes, count - k * kGroupTileRoutes), b, 0);
+    }
+    for (int c = 0; c < p.hist_ctas; ++c) w.cta_base[c * bins + b] += start;
   }
-  if (threadIdx.x == 0) w.header[0] = bins + extras;
+  if (threadIdx.x == 0) w.header[0] = tiles;
 }
 
 /// grid hist_ctas x 256, dynamic smem bins ints: stable scatter of the routes into bin order,
@@ -188,7 +169,7 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   __shared__ int warp_sums[32];
   const int bins = p.num_loras * p.num_experts;
   int* offs = smem;              // [bins + 1]: counts, then exclusive offsets
-  int* tiles = offs + bins + 1;  // [bins]: extra-tile counts, then their bases
+  int* tiles = offs + bins + 1;  // [bins]: tile counts, then tile bases
   int* key = tiles + bins;       // [P]: (place in bin << kBinBits) | bin, or -1
   const bool smem_tokens = p.num_tokens <= kGroupIndexSmemTokens;
   int* token_count = smem_tokens ? key + p.num_pairs : nullptr;
@@ -239,13 +220,22 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   if (smem_tokens) {
     for (int t = tid; t < p.num_tokens; t += nt) w.token_count[t] = token_count[t];
   }
-  for (int b = tid; b < bins; b += nt) tiles[b] = extra_tiles(offs[b]);
+  for (int b = tid; b < bins; b += nt) {
+    tiles[b] = (offs[b] + kGroupTileRoutes - 1) / kGroupTileRoutes;
+  }
   __syncthreads();
   block_exclusive_scan(offs, bins + 1, warp_sums);
-  const int extras = block_exclusive_scan(tiles, bins, warp_sums);
+  const int ntiles = block_exclusive_scan(tiles, bins, warp_sums);
   for (int b = tid; b <= bins; b += nt) w.bin_offset[b] = offs[b];
-  write_tile_table(w.tile_info, offs, tiles, bins);
-  if (tid == 0) w.header[0] = bins + extras;
+  for (int b = tid; b < bins; b += nt) {
+    const int start = offs[b], count = offs[b + 1] - start;
+    for (int k = 0; k * kGroupTileRoutes < count; ++k) {
+      const int first = start + k * kGroupTileRoutes;
+      w.tile_info[tiles[b] + k] =
+          make_int4(first, min(kGroupTileRoutes, start + count - first), b, 0);
+    }
+  }
+  if (tid == 0) w.header[0] = ntiles;
   for (int i = tid; i < p.num_pairs; i += nt) {
     const int k = key[i];
     if (k >= 0) w.sorted_routes[offs[k & ((1 << kBinBits) - 1)] + (k >> kBinBits)] = i;

@@ -12,8 +12,7 @@ namespace bgmv {
 /// grouped_workspace()): header[4] (word 0 = tile count), bin_offset[bins + 1], tile_start
 /// [max_tiles] (group_scan's scratch; spec §5 sizes it), sorted_routes[P], token_count[T],
 /// token_slots[16 T], hist[hist_ctas * bins], cta_base[hist_ctas * bins], then 0-3 pad words,
-/// tile_info[4 max_tiles] ({first route, routes, bin, 0} per tile, 16-byte aligned; slot b < bins
-/// is bin b's first tile, possibly empty, then the bins' further tiles) and tile_rows
+/// tile_info[4 max_tiles] ({first route, routes, bin, 0} per tile, 16-byte aligned) and tile_rows
 /// [32 P] (the shrink rows again as 16-bit values, R per sorted route, for the expand's one-trip
 /// read). Zeroed once at prepare; every launch rewrites what it reads.
 ///
@@ -44,10 +43,7 @@ struct GroupedParams {
   int fused_index = 0;  ///< 1: one-CTA index kernel
   int stage = 0;  ///< grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows, 3 ring
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
-  /// Staged grouped shrink: CTAs with a linear index below this whose tile slot is a bin's first
-  /// tile start their A copies before waiting for the index (about one wave: SMs x 3).
-  int early_ctas = 0;
-  int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles...)
+  int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (grouped_expand_tiles)
 };
 
 /// Enqueues the index (one CTA, or group_hist, group_scan, group_scatter), the grouped shrink, the
@@ -82,10 +78,9 @@ constexpr int kGroupCombineThreads = 256;
 constexpr int kGroupShrinkThreads = 128;
 constexpr int kGroupShrinkTileK = 1024;  ///< hidden elements per shrink k tile (128 threads x 8)
 constexpr int kGroupRankTile = 8;        ///< shrink rank rows per CTA
-/// Staged shrink CTAs per SM (its __launch_bounds__ and shared memory): the first wave, whose A
-/// copies start before the index completes, is this many per SM.
-constexpr int kGroupShrinkEarlyCtasPerSm = 3;
-constexpr int kGroupExpandTiles = 2;  ///< tiles per grouped-expand CTA (1, 2 or 4 are built)
+/// Tiles per grouped-expand CTA (1, 2 or 4 are built): 4 at ranks 8/16 (8 KB of B per tile at
+/// rank 16), 2 at ranks 32/64 (the H200's best, bench/results/2026-11-29_33a820a_*).
+constexpr int grouped_expand_tiles(int rank) { return rank <= 16 ? 4 : 2; }
 
 /// Bytes of one 16-bit row as the grouped shrink stages it: whole k tiles, each thread's vectors
 /// where only it reads them (no barrier between the copy and the arithmetic).

@@ -33,16 +33,13 @@ struct RingStep {
 struct RingCursor {
   int item, part, t;
   int first, routes, bin;
-  /// The first item from `item` on (stride gridDim.x) with routes: empty bins' slots are skipped.
   CAKEMOE_DEVICE void load_item(const GroupedWs& w, int items, int rank_blocks) {
     routes = 0;
-    for (; item < items; item += gridDim.x) {
+    if (item < items) {
       const int4 info = w.tile_info[item / rank_blocks];
-      if (info.y == 0) continue;
       first = info.x;
       routes = info.y;
       bin = info.z;
-      return;
     }
   }
   CAKEMOE_DEVICE void advance(const GroupedWs& w, int items, int rank_blocks, int tiles) {
