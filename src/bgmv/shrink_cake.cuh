@@ -84,11 +84,13 @@ CAKEMOE_DEVICE void shrink_reduce_store(const CakeParams& p, const RouteIndex& r
                                         int* last_split, uint16_t* out) {
   const int tid = threadIdx.x;
   const int warp = tid / kWarp;
+  // The 8 XOR butterflies (16 .. 1) at once, bitwise: lanes 4i .. 4i + 3 end with rank row i.
+  float v[kRankTile];
 #pragma unroll
-  for (int i = 0; i < kRankTile; ++i) {
-    const float v = warp_butterfly(acc[i]);
-    if (tid % kWarp == 0) warp_sums[warp][i] = v;
-  }
+  for (int i = 0; i < kRankTile; ++i) v[i] = acc[i];
+  const float warp_sum = warp_reduce_scatter<kRankTile>(v);
+  constexpr int kLanesPerRow = kWarp / kRankTile;
+  if (tid % kLanesPerRow == 0) warp_sums[warp][(tid % kWarp) / kLanesPerRow] = warp_sum;
   __syncthreads();
   float sum = 0.0f;
   if (tid < kRankTile) {
@@ -123,6 +125,30 @@ CAKEMOE_DEVICE void shrink_reduce_store(const CakeParams& p, const RouteIndex& r
   }
 }
 
+/// A pair's token t, expert e and LoRA l (-1 for padding or no LoRA) in one dependent round
+/// trip when T <= 32: lane i loads lora_indices[i] together with the pair's token and expert,
+/// and l is a shuffle away (else lora_indices[t] is a second trip). The whole warp calls it.
+struct PairRoute {
+  int64_t t, e, l;
+};
+CAKEMOE_DEVICE PairRoute load_pair_route(const CakeParams& p, int64_t pair) {
+  const bool lora_in_lanes = p.T <= kWarp;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t lane_lora = lora_in_lanes && lane < p.T ? p.lora_indices[lane] : -1;
+  PairRoute r;
+  r.t = p.sorted_token_ids[pair];
+  r.e = p.expert_ids[pair];
+  const bool token_ok = r.t >= 0 && r.t < p.T;
+  if (lora_in_lanes) {
+    const int64_t shuffled =
+        __shfl_sync(0xFFFFFFFFu, lane_lora, token_ok ? static_cast<int>(r.t) : 0);
+    r.l = token_ok ? shuffled : -1;
+  } else {
+    r.l = token_ok ? p.lora_indices[r.t] : -1;
+  }
+  return r;
+}
+
 template <bool kFp16, int kRank, int kStages>
 __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeParams p) {
   extern __shared__ uint4 ring[];
@@ -140,8 +166,8 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   if (blockIdx.x == 0 && rb == 0 && z == 0 && tid == 0) {
     *ri.parity() = load_word(ri.launch_counter()) & 1u;
   }
-  const int64_t t = p.sorted_token_ids[pair];
-  const int64_t l = (t >= 0 && t < p.T) ? p.lora_indices[t] : -1;
+  const PairRoute route = load_pair_route(p, pair);
+  const int64_t t = route.t, l = route.l, e = route.e;
   uint16_t* out = static_cast<uint16_t*>(p.shrink_out) + pair * kRank + rb * kRankTile;
   if (l < 0) {  // padding or no LoRA: a zero row, never published
     if (z == 0 && tid < kRankTile) out[tid] = 0;
@@ -152,7 +178,6 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   PublishTicket ticket{};
   if (publisher) ticket = publish_begin(ri, t);
 
-  const int64_t e = p.expert_ids[pair];
   const uint16_t* x_row = static_cast<const uint16_t*>(p.x) + t * p.H;
   const uint16_t* a_rows =
       static_cast<const uint16_t*>(p.lora_a) + ((l * p.E + e) * kRank + rb * kRankTile) * p.H;

@@ -86,8 +86,8 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) specialized_shrink_kernel(c
   if (pair == 0 && rb == 0 && z == 0 && tid == 0) {
     *ri.parity() = load_word(ri.launch_counter()) & 1u;
   }
-  const int64_t t = p.sorted_token_ids[pair];
-  const int64_t l = (t >= 0 && t < p.T) ? p.lora_indices[t] : -1;
+  const PairRoute route = load_pair_route(p, pair);  // one trip at T <= 32
+  const int64_t t = route.t, l = route.l, e = route.e;
   uint16_t* out = static_cast<uint16_t*>(p.shrink_out) + pair * kRank + rb * kRankTile;
   if (l < 0) {  // padding or no LoRA: a zero row, never published
     if (z == 0 && tid < kRankTile) out[tid] = 0;
@@ -99,7 +99,6 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) specialized_shrink_kernel(c
   if (publisher) ticket = publish_begin(ri, t);
 
   // Load every tile of this split, then the fma chains.
-  const int64_t e = p.expert_ids[pair];
   const uint16_t* x_row = static_cast<const uint16_t*>(p.x) + t * kHidden;
   const uint16_t* a_rows =
       static_cast<const uint16_t*>(p.lora_a) + ((l * p.E + e) * kRank + rb * kRankTile) * kHidden;
