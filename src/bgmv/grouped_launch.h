@@ -74,13 +74,17 @@ constexpr int kGroupTokenSlots = 16;
 constexpr int kGroupIndexThreads = 1024;         ///< one-CTA index kernel
 constexpr int kGroupFusedIndexMaxPairs = 16384;  ///< key[P] in its shared memory
 constexpr int kGroupIndexSmemTokens = 16384;     ///< token counts in its shared memory
+/// Tokens up to which the one-CTA index copies lora_indices into its shared memory in its first
+/// round trip (one dependent HBM trip less than looking each pair's LoRA up after its token).
+constexpr int kGroupIndexSmemLoras = 4096;
 constexpr int kGroupCombineThreads = 256;
 constexpr int kGroupShrinkThreads = 128;
 constexpr int kGroupShrinkTileK = 1024;  ///< hidden elements per shrink k tile (128 threads x 8)
 constexpr int kGroupRankTile = 8;        ///< shrink rank rows per CTA
-/// Tiles per grouped-expand CTA (1, 2 or 4 are built): 4 at ranks 8/16 (8 KB of B per tile at
-/// rank 16), 2 at ranks 32/64 (the H200's best, bench/results/2026-11-29_33a820a_*).
-constexpr int grouped_expand_tiles(int rank) { return rank <= 16 ? 4 : 2; }
+/// Tiles per grouped-expand CTA (1, 2 or 4 are built; CAKEMOE_BGMV_EXPAND_TILES overrides): 2,
+/// the H200's best at ranks 16, 32 and 64 (bench/results/2026-11-29_1107e34_bgmv-grouped-session4.md;
+/// rank 8 is not in the table and follows).
+constexpr int grouped_expand_tiles(int /*rank*/) { return 2; }
 
 /// Bytes of one 16-bit row as the grouped shrink stages it: whole k tiles, each thread's vectors
 /// where only it reads them (no barrier between the copy and the arithmetic).
