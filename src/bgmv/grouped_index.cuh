@@ -153,11 +153,9 @@ constexpr int kIndexPairsPerThread = kGroupFusedIndexMaxPairs / kGroupIndexThrea
 static_assert((kGroupFusedIndexMaxPairs << kBinBits) > 0, "key packing overflows");
 
 /// Shared memory of the one-CTA index: offsets and tile bases per bin, the key of every pair and,
-/// when they fit, the per-token route counts (kGroupIndexSmemTokens) and LoRA indices
-/// (kGroupIndexSmemLoras).
+/// when they fit (kGroupIndexSmemTokens), the per-token route counts.
 CAKEMOE_HD int index_smem_ints(int bins, int pairs, int tokens) {
-  return 2 * bins + 1 + pairs + (tokens <= kGroupIndexSmemTokens ? tokens : 0) +
-         (tokens <= kGroupIndexSmemLoras ? tokens : 0);
+  return 2 * bins + 1 + pairs + (tokens <= kGroupIndexSmemTokens ? tokens : 0);
 }
 
 /// 1 CTA x 1024, dynamic smem index_smem_ints() ints: the whole index of the grouped pipeline in
@@ -175,23 +173,16 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   int* key = tiles + bins;       // [P]: (place in bin << kBinBits) | bin, or -1
   const bool smem_tokens = p.num_tokens <= kGroupIndexSmemTokens;
   int* token_count = smem_tokens ? key + p.num_pairs : nullptr;
-  const bool smem_loras = p.num_tokens <= kGroupIndexSmemLoras;  // then smem_tokens too
-  int* token_lora = smem_loras ? token_count + p.num_tokens : nullptr;
   const GroupedWs w = grouped_ws(p);
   if (!smem_tokens) token_count = w.token_count;
   const int tid = threadIdx.x, nt = blockDim.x;
   dev::pdl_trigger();
   for (int b = tid; b <= bins; b += nt) offs[b] = 0;
   for (int t = tid; t < p.num_tokens; t += nt) token_count[t] = 0;
-  // Every load of this thread's pairs first: tokens, experts and (T <= kGroupIndexSmemLoras)
-  // every token's LoRA in one round trip, else the LoRAs in a second, dependent one.
+  // Every load of this thread's pairs first (tokens and experts, then LoRAs): two dependent
+  // trips in all instead of two per pair.
   // NOTE: int32 copies (indices were validated at prepare), so the arrays stay in registers.
   int tok[kIndexPairsPerThread], exp[kIndexPairsPerThread], lora[kIndexPairsPerThread];
-  if (smem_loras) {
-    for (int t = tid; t < p.num_tokens; t += nt) {
-      token_lora[t] = static_cast<int>(p.lora_indices[t]);
-    }
-  }
 #pragma unroll
   for (int j = 0; j < kIndexPairsPerThread; ++j) {
     const int i = tid + j * nt;
@@ -199,17 +190,11 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     tok[j] = t >= 0 && t < p.num_tokens ? static_cast<int>(t) : -1;
     exp[j] = i < p.num_pairs ? static_cast<int>(p.expert_ids[i]) : -1;
   }
-  if (!smem_loras) {
 #pragma unroll
-    for (int j = 0; j < kIndexPairsPerThread; ++j) {
-      lora[j] = tok[j] >= 0 ? static_cast<int>(p.lora_indices[tok[j]]) : -1;
-    }
+  for (int j = 0; j < kIndexPairsPerThread; ++j) {
+    lora[j] = tok[j] >= 0 ? static_cast<int>(p.lora_indices[tok[j]]) : -1;
   }
-  __syncthreads();  // offs and token_count zeroed, token_lora filled
-  if (smem_loras) {
-#pragma unroll
-    for (int j = 0; j < kIndexPairsPerThread; ++j) lora[j] = tok[j] >= 0 ? token_lora[tok[j]] : -1;
-  }
+  __syncthreads();  // offs and token_count zeroed
   uint4* shrink = static_cast<uint4*>(p.shrink_out);
   const int row_vectors = p.rank / 8;
 #pragma unroll

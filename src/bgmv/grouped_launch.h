@@ -74,9 +74,6 @@ constexpr int kGroupTokenSlots = 16;
 constexpr int kGroupIndexThreads = 1024;         ///< one-CTA index kernel
 constexpr int kGroupFusedIndexMaxPairs = 16384;  ///< key[P] in its shared memory
 constexpr int kGroupIndexSmemTokens = 16384;     ///< token counts in its shared memory
-/// Tokens up to which the one-CTA index copies lora_indices into its shared memory in its first
-/// round trip (one dependent HBM trip less than looking each pair's LoRA up after its token).
-constexpr int kGroupIndexSmemLoras = 4096;
 constexpr int kGroupCombineThreads = 256;
 constexpr int kGroupShrinkThreads = 128;
 constexpr int kGroupShrinkTileK = 1024;  ///< hidden elements per shrink k tile (128 threads x 8)

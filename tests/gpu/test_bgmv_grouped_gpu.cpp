@@ -157,15 +157,6 @@ TEST(BgmvGroupedGpu, ExpandTilesBitwiseVsCpu) {
   }
 }
 
-// T past kGroupIndexSmemLoras: the one-CTA index looks each pair's LoRA up in global memory
-// instead of its shared copy; both index forms give the same bits.
-TEST(BgmvGroupedGpu, ManyTokensIndexReadsLorasFromGlobal) {
-  CAKEMOE_REQUIRE_GPU();
-  const GroupedRow row = {512, 8, 5000, 2, 3, 8, DType::kBF16, PairOrder::kTokenMajor};
-  ASSERT_GT(row.t, bgmv::kGroupIndexSmemLoras);
-  check_forms(row, 1300, {1, 0});
-}
-
 // P > 16384: the hist / scan / scatter index is the only form.
 TEST(BgmvGroupedGpu, ManyPairsUseTheMultiCtaIndex) {
   CAKEMOE_REQUIRE_GPU();
