@@ -303,7 +303,6 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   extern __shared__ uint4 bstage[];  // [kTiles][256 * kRank / 8], expand_slot order
   __shared__ float srow[kTiles][kGroupTileRoutes][kRank];
   __shared__ int spair[kTiles][kGroupTileRoutes];
-  __shared__ int scount[kTiles];  // routes per tile, so info[] is dead after the staging
   constexpr int kGroups = kRank / 8;
   constexpr int kTileVectors = kGroupExpandCols * kGroups;
   dev::pdl_wait();
@@ -336,7 +335,6 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int n = info[j].y;
-    if (tid == j) scount[j] = n;
     if (tid < n) spair[j][tid] = w.sorted_routes[info[j].x + tid];
     const uint16_t* rows = w.tile_rows + static_cast<int64_t>(info[j].x) * kRank;
     for (int idx = tid; idx < n * kRank; idx += blockDim.x) {
@@ -349,7 +347,7 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   const int64_t c = col0 + tid;
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    const int n = scount[j];
+    const int n = info[j].y;
     if (n == 0) continue;
     float b[kRank];
 #pragma unroll
