@@ -322,9 +322,9 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     if (info[j].y == 0) continue;
-    const uint4* block = reinterpret_cast<const uint4*>(
-        static_cast<const uint16_t*>(p.lora_b) +
-        (static_cast<int64_t>(info[j].z) * p.hidden + col0) * kRank);
+    const uint4* block =
+        reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
+                                       (static_cast<int64_t>(info[j].z) * p.hidden + col0) * kRank);
     for (int q = tid; q < cols * kGroups; q += kGroupExpandCols) {
       dev::cp_async16(bstage + j * kTileVectors + expand_slot<kGroups>(q / kGroups, q % kGroups),
                       block + q, true);

@@ -78,9 +78,9 @@ constexpr int kGroupCombineThreads = 256;
 constexpr int kGroupShrinkThreads = 128;
 constexpr int kGroupShrinkTileK = 1024;  ///< hidden elements per shrink k tile (128 threads x 8)
 constexpr int kGroupRankTile = 8;        ///< shrink rank rows per CTA
-/// Tiles per grouped-expand CTA (1, 2 or 4 are built; CAKEMOE_BGMV_EXPAND_TILES overrides): 2,
-/// the H200's best at ranks 16, 32 and 64 (bench/results/2026-11-29_1107e34_bgmv-grouped-session4.md;
-/// rank 8 is not in the table and follows).
+/// Tiles per grouped-expand CTA (1, 2 or 4 are built; CAKEMOE_BGMV_EXPAND_TILES overrides):
+/// 2 is the H200's best at ranks 16, 32 and 64 (bench/results/2026-11-29_683eb04_*); rank 8,
+/// not in the benchmark table, takes the same.
 constexpr int grouped_expand_tiles(int /*rank*/) { return 2; }
 
 /// Bytes of one 16-bit row as the grouped shrink stages it: whole k tiles, each thread's vectors

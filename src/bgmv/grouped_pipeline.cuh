@@ -75,8 +75,9 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
       launch_expand_tiles<kBf16, kRank, 4>(p, stream);
       break;
     default:
-      throw InvalidArgument("expand_tiles", "the grouped expand takes 1, 2 or 4 tiles per CTA, got " +
-                                                std::to_string(p.expand_tiles));
+      throw InvalidArgument("expand_tiles",
+                            "the grouped expand takes 1, 2 or 4 tiles per CTA, got " +
+                                std::to_string(p.expand_tiles));
   }
   launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, pdl, stream,
                p);

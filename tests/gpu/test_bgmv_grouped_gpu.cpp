@@ -148,7 +148,7 @@ TEST(BgmvGroupedGpu, ExpandTilesBitwiseVsCpu) {
       {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},  // 1024 bins, P 1024
       {1344, 16, 512, 2, 2, 8, DType::kFP16, PairOrder::kSlotMajor},     // 64 routes per bin
       {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
-      {768, 8, 200, 3, 5, 7, DType::kBF16, PairOrder::kTokenMajor}};     // 35 bins
+      {768, 8, 200, 3, 5, 7, DType::kBF16, PairOrder::kTokenMajor}};  // 35 bins
   for (const char* tiles : {"1", "2", "4"}) {
     const ScopedEnv env("CAKEMOE_BGMV_EXPAND_TILES", tiles);
     SCOPED_TRACE(std::string("expand tiles ") + tiles);
