@@ -277,20 +277,6 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   }
 }
 
-/// Dynamic shared memory of the grouped expand: kTiles x 256 columns x R/8 vectors of B.
-constexpr int64_t grouped_expand_smem_bytes(int rank, int tiles) {
-  return static_cast<int64_t>(tiles) * (rank / 8) * kGroupExpandCols * 16;
-}
-
-/// Shared-memory slot of vector g of column c's B row (kGroups vectors per row): rows are stored
-/// one after another, with the vector index XOR-swizzled so that the 8 threads of one 128-byte
-/// LDS.128 wavefront (columns c .. c + 7, same g) hit 8 different 16-byte bank groups.
-template <int kGroups>
-CAKEMOE_DEVICE int expand_slot(int c, int g) {
-  constexpr int kRowsPerLine = kGroups >= 8 ? 1 : 8 / kGroups;
-  return c * kGroups + (g ^ ((c / kRowsPerLine) % kGroups));
-}
-
 /// grid (ceil(max_tiles / kTiles), ceil(H / 256)) x 256: one column per thread over kTiles
 /// consecutive tiles. Right after reading the tile table the CTA copies every tile's B block
 /// (256 columns x R, contiguous in global memory) into shared memory with coalesced cp.async,
@@ -300,7 +286,7 @@ template <bool kBf16, int kRank, int kTiles>
 // NOTE: ranks <= 32 keep 4 CTAs per SM (<= 64 registers; 2 tiles at rank 32 asked for 66).
 __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
     grouped_expand_kernel(GroupedParams p) {
-  extern __shared__ uint4 bstage[];  // [kTiles][256 * kRank / 8], expand_slot order
+  extern __shared__ uint4 bstage[];  // [kTiles][256 * kRank / 8], grouped_expand_slot order
   __shared__ float srow[kTiles][kGroupTileRoutes][kRank];
   __shared__ int spair[kTiles][kGroupTileRoutes];
   constexpr int kGroups = kRank / 8;
@@ -326,8 +312,9 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
         reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
                                        (static_cast<int64_t>(info[j].z) * p.hidden + col0) * kRank);
     for (int q = tid; q < cols * kGroups; q += kGroupExpandCols) {
-      dev::cp_async16(bstage + j * kTileVectors + expand_slot<kGroups>(q / kGroups, q % kGroups),
-                      block + q, true);
+      dev::cp_async16(
+          bstage + j * kTileVectors + grouped_expand_slot<kGroups>(q / kGroups, q % kGroups),
+          block + q, true);
     }
   }
   dev::cp_async_commit();
@@ -352,7 +339,8 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
     float b[kRank];
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
-      dev::unpack8<!kBf16>(bstage[j * kTileVectors + expand_slot<kGroups>(tid, g)], b + 8 * g);
+      dev::unpack8<!kBf16>(bstage[j * kTileVectors + grouped_expand_slot<kGroups>(tid, g)],
+                           b + 8 * g);
     }
     const auto route = [&](int i) {
       float lanes[kGroups];

@@ -83,6 +83,21 @@ constexpr int kGroupRankTile = 8;        ///< shrink rank rows per CTA
 /// not in the benchmark table, takes the same.
 constexpr int grouped_expand_tiles(int /*rank*/) { return 2; }
 
+/// Dynamic shared memory of the grouped expand: `tiles` x 256 columns x R/8 16-byte vectors of B.
+constexpr int64_t grouped_expand_smem_bytes(int rank, int tiles) {
+  return static_cast<int64_t>(tiles) * (rank / 8) * kGroupExpandCols * 16;
+}
+
+/// Shared-memory slot (16-byte units) of vector g of column c's B row, kGroups = R/8 vectors per
+/// row: rows one after another, the vector index XOR-swizzled so that the 8 columns c .. c + 7
+/// (c a multiple of 8) read with the same g by one 128-byte LDS.128 wavefront fall in 8
+/// different 16-byte bank groups (slot % 8). A permutation of [0, 256 kGroups).
+template <int kGroups>
+constexpr int grouped_expand_slot(int c, int g) {
+  constexpr int kRowsPerLine = kGroups >= 8 ? 1 : 8 / kGroups;
+  return c * kGroups + (g ^ ((c / kRowsPerLine) % kGroups));
+}
+
 /// Bytes of one 16-bit row as the grouped shrink stages it: whole k tiles, each thread's vectors
 /// where only it reads them (no barrier between the copy and the arithmetic).
 constexpr int64_t grouped_stage_row_bytes(int64_t hidden) {

@@ -4,6 +4,7 @@
 
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "bgmv/grouped_launch.h"
 #include "bgmv/plan.h"
@@ -214,12 +215,45 @@ TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
   EXPECT_EQ(g.hist_ctas, 8);
   // spec §5 words, then cakemoe's alignment pad, tile_info[4 max_tiles] and tile_rows (P rows
   // of up to 64 16-bit values).
-  EXPECT_EQ(g.int_words, 4 + 1025 + 1536 + 8192 + 4096 + 4096 * 16 + 2 * 8 * 1024 + 3 + 4 * 1536 +
-                             8192 * 32);
+  EXPECT_EQ(g.int_words,
+            4 + 1025 + 1536 + 8192 + 4096 + 4096 * 16 + 2 * 8 * 1024 + 3 + 4 * 1536 + 8192 * 32);
   EXPECT_EQ(g.partial_floats, 8192 * 3072);
   EXPECT_EQ(grouped_workspace(1, 1, 1, 1, 8).hist_ctas, 1);
   EXPECT_EQ(grouped_workspace(1 << 20, 1, 1, 1, 8).hist_ctas, 64);
   EXPECT_EQ(order_workspace_words(3000), 3000);
+}
+
+// The grouped expand's shared-memory layout of B (grouped_expand_slot): a permutation of the
+// 256 x R/8 vectors, and conflict-free for the kernel's reads (column c = thread, same vector g:
+// the 8 columns of one 128-byte LDS.128 wavefront land in 8 different 16-byte bank groups).
+template <int kGroups>
+void expect_expand_slots_permute_and_spread() {
+  std::vector<int> seen(kGroupExpandCols * kGroups, 0);
+  for (int c = 0; c < kGroupExpandCols; ++c) {
+    for (int g = 0; g < kGroups; ++g) {
+      const int slot = grouped_expand_slot<kGroups>(c, g);
+      ASSERT_GE(slot, 0);
+      ASSERT_LT(slot, kGroupExpandCols * kGroups);
+      ++seen[slot];
+    }
+  }
+  for (const int n : seen) EXPECT_EQ(n, 1) << "kGroups " << kGroups;
+  for (int c0 = 0; c0 < kGroupExpandCols; c0 += 8) {
+    for (int g = 0; g < kGroups; ++g) {
+      int banks = 0;  // bit per 16-byte bank group of the 128-byte line
+      for (int c = c0; c < c0 + 8; ++c) banks |= 1 << (grouped_expand_slot<kGroups>(c, g) % 8);
+      EXPECT_EQ(banks, 0xFF) << "kGroups " << kGroups << " columns " << c0 << ".. vector " << g;
+    }
+  }
+}
+
+TEST(BgmvPlanWorkspaces, GroupedExpandSharedLayout) {
+  expect_expand_slots_permute_and_spread<1>();  // rank 8
+  expect_expand_slots_permute_and_spread<2>();
+  expect_expand_slots_permute_and_spread<4>();
+  expect_expand_slots_permute_and_spread<8>();  // rank 64
+  EXPECT_EQ(grouped_expand_smem_bytes(32, 2), 2 * 4 * 256 * 16);
+  EXPECT_EQ(grouped_expand_smem_bytes(64, 4), 4 * 8 * 256 * 16);
 }
 
 ProblemDesc desc(int64_t t, int64_t p, int64_t h, int64_t r, int64_t l, int64_t e) {
