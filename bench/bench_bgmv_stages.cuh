@@ -131,15 +131,15 @@ void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_
       in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras, in.weights, s.experts, {}, generic);
   bgmv::BgmvPlan plan(impl);
   const auto launch = plan.shrink_launch();
-  std::printf("H %lld R %lld T %lld k %lld L %lld E %lld (U %lld, P %lld): %s%s%s%s pdl%d\n",
-              (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
-              (long long)s.loras, (long long)s.experts, (long long)u, (long long)p,
-              plan.backend_used().c_str(), plan.grouped() ? " grouped" : "",
-              plan.order_remap() ? " remap" : "",
-              launch ? (" f" + std::to_string(launch->form) + "s" +
-                        std::to_string(launch->splits)).c_str()
-                     : "",
-              plan.pdl_mode());
+  std::printf(
+      "H %lld R %lld T %lld k %lld L %lld E %lld (U %lld, P %lld): %s%s%s%s pdl%d\n",
+      (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
+      (long long)s.loras, (long long)s.experts, (long long)u, (long long)p,
+      plan.backend_used().c_str(), plan.grouped() ? " grouped" : "",
+      plan.order_remap() ? " remap" : "",
+      launch ? (" f" + std::to_string(launch->form) + "s" + std::to_string(launch->splits)).c_str()
+             : "",
+      plan.pdl_mode());
   std::vector<StageRow> rows;
   rows.push_back({"whole plan", bench.time_plan(plan), bytes_min(s, u), bytes_min(s, p)});
   {
@@ -147,16 +147,31 @@ void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_
     // write-back of the memset flush shows as the difference of these two rows.
     const FlushMode own = bench.flush_mode;
     bench.flush_mode = own == FlushMode::kRead ? FlushMode::kMemset : FlushMode::kRead;
-    rows.push_back({std::string("whole, ") + (own == FlushMode::kRead ? "memset" : "read") +
-                        " flush",
-                    bench.time_plan(plan), bytes_min(s, u), bytes_min(s, p)});
+    rows.push_back(
+        {std::string("whole, ") + (own == FlushMode::kRead ? "memset" : "read") + " flush",
+         bench.time_plan(plan), bytes_min(s, u), bytes_min(s, p)});
     bench.flush_mode = own;
   }
+  if (plan.backend_used() == "cake" && plan.grouped()) {
+    // The grouped pipeline's launches sit behind one launcher: time plans cut after each stage
+    // (PrepareInternals::grouped_last_stage, PDL as in the whole plan); a stage's row is the
+    // difference of its prefix and the one before, i.e. what it adds to the pipelined plan.
+    const char* names[] = {"index (prefix)", "+ shrink", "+ expand"};
+    double before = 0;
+    for (int last = 0; last < 3; ++last) {
+      bgmv::detail::PrepareInternals cut = generic;
+      cut.grouped_last_stage = last;
+      bgmv::BgmvPlan prefix(bgmv::detail::prepare_impl(in.x, {in.a}, {in.b}, in.sorted, in.experts,
+                                                       in.loras, in.weights, s.experts, {}, cut));
+      const double us = bench.time_plan(prefix);
+      rows.push_back({names[last], us - before});
+      before = us;
+    }
+    rows.push_back({"+ combine", rows.front().us - before});
+  }
   if (plan.backend_used() != "cake" || plan.grouped()) {
-    // NOTE: the grouped pipeline's six launches sit behind one launcher (grouped_launch.h);
-    // the bench cannot time them separately without a library change.
     for (const StageRow& r : rows) print_stage(r);
-    std::printf("  (stages not separable from the bench for this path)\n");
+    if (!plan.grouped()) std::printf("  (stages not separable from the bench for this path)\n");
     return;
   }
   const bgmv::CakeParams cp = cake_params(*impl);
@@ -200,15 +215,19 @@ void run_empty_graphs(Bench& bench) {
   }
 }
 
-/// --stages: the representative rows of bench/NOTES.md (L 8, E 128).
+/// --stages: the representative rows of bench/NOTES.md (L 8, E 128) and the 4-LoRA vLLM rows
+/// at T 1024 / 2048.
 int run_stage_mode(Bench& bench) {
   const std::vector<Shape> shapes = {
       {3072, 32, 1, 2, 8, 128},    {3072, 32, 8, 2, 8, 128},    {3072, 32, 256, 2, 8, 128},
       {3072, 32, 1024, 2, 8, 128}, {3072, 32, 2048, 2, 8, 128}, {3072, 64, 8, 8, 8, 128},
-      {2688, 32, 512, 6, 8, 128}};
-  std::printf("BGMV stage bench: graph replay of each stage alone, L2 flush (%s) per rep, median "
-              "of %d reps, bf16; stage graphs without PDL; roofline %.2f TB/s\n",
-              bench.flush_name(), bench.reps, kHbmTbPerS);
+      {2688, 32, 512, 6, 8, 128},  {3072, 32, 1024, 2, 4, 128}, {3072, 32, 2048, 2, 4, 128}};
+  std::printf(
+      "BGMV stage bench: graph replay of each stage alone (per-route plans; stage graphs "
+      "without PDL) or of the plan cut after each stage (grouped plans: what each stage "
+      "adds, PDL kept), L2 flush (%s) per rep, median of %d reps, bf16; roofline %.2f "
+      "TB/s\n",
+      bench.flush_name(), bench.reps, kHbmTbPerS);
   std::printf("  %-20s %9s | %9s %8s %6s | %9s %8s\n", "stage", "us", "min MB", "GB/s", "%roof",
               "route MB", "GB/s");
   run_empty_graphs(bench);

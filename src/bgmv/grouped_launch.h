@@ -44,6 +44,9 @@ struct GroupedParams {
   int stage = 0;  ///< grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows, 3 ring
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
   int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (grouped_expand_tiles)
+  /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the
+  /// bench's per-stage prefixes).
+  int last_stage = 3;
 };
 
 /// Enqueues the index (one CTA, or group_hist, group_scan, group_scatter), the grouped shrink, the

@@ -79,6 +79,7 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
                             "the grouped expand takes 1, 2 or 4 tiles per CTA, got " +
                                 std::to_string(p.expand_tiles));
   }
+  if (p.last_stage < 3) return;
   launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, pdl, stream,
                p);
 }
@@ -103,6 +104,7 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
     launch_stage(group_scatter_kernel<0>, dim3(p.hist_ctas), kGroupHistThreads, bins_bytes, pdl,
                  stream, p);
   }
+  if (p.last_stage < 1) return;
   const dim3 shrink_grid(p.max_tiles, p.rank / kRankTile);
   const size_t row_bytes = static_cast<size_t>(grouped_stage_row_bytes(p.hidden));
   switch (p.stage) {
@@ -124,6 +126,7 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
       throw InvalidArgument(
           "stage", "the grouped shrink stages 0, 1, 2 or 3 (ring), got " + std::to_string(p.stage));
   }
+  if (p.last_stage < 2) return;
   switch (p.rank) {
     case 8:
       launch_grouped_expand<kBf16, 8>(p, stream);

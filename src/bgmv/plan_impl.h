@@ -40,6 +40,7 @@ class BgmvPlan::Impl {
   /// unused.
   Tensor group_workspace, group_partials, order_workspace;
   int grouped_index_override = -1;  ///< PrepareInternals::grouped_index
+  int grouped_last_stage = 3;       ///< PrepareInternals::grouped_last_stage
   /// The CUDA runtime (CUDA tensors only): launch sequence and private graph (spec §8).
   std::unique_ptr<CudaPlan> cuda;
 
@@ -77,6 +78,10 @@ struct PrepareInternals {
   int variant_override = -1;
   /// Specialized schedule 0 (64 columns per CTA), 1 (128), 2 (256); -1 selector.
   int specialized_schedule = -1;
+  /// Grouped pipeline: run only up to stage 0 (index), 1 (shrink), 2 (expand) or 3 (combine,
+  /// the whole pipeline). The bench times these prefixes to split a pipelined plan into stages;
+  /// a plan cut short leaves y unwritten.
+  int grouped_last_stage = 3;
 };
 
 /// prepare_bgmv_moe returning the implementation (tests and binding layers keep a handle on it).

@@ -152,6 +152,10 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
   impl->params.shrink_splits = choice.shrink_splits;
   impl->params.grouped = choice.grouped;
   impl->grouped_index_override = internals.grouped_index;
+  core::require(internals.grouped_last_stage >= 0 && internals.grouped_last_stage <= 3,
+                "grouped_last_stage",
+                "0 (index) .. 3 (combine), got " + std::to_string(internals.grouped_last_stage));
+  impl->grouped_last_stage = internals.grouped_last_stage;
   impl->x = x;
   impl->lora_a = lora_a_weights;
   impl->lora_b = lora_b_weights;

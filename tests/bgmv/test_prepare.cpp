@@ -29,8 +29,14 @@ struct Args {
   BgmvOptions options;
 
   explicit Args(Case& c)
-      : x(c.x_view()), sorted(c.sorted_view()), experts(c.experts_view()), lora(c.lora_view()),
-        weights(c.weights_view()), a(c.a_views()), b(c.b_views()), num_experts(c.spec.experts) {}
+      : x(c.x_view()),
+        sorted(c.sorted_view()),
+        experts(c.experts_view()),
+        lora(c.lora_view()),
+        weights(c.weights_view()),
+        a(c.a_views()),
+        b(c.b_views()),
+        num_experts(c.spec.experts) {}
   BgmvPlan prepare() const {
     return prepare_bgmv_moe(x, a, b, sorted, experts, lora, weights, num_experts, options);
   }
@@ -346,8 +352,7 @@ TEST(BgmvPrepareFallback, WarnsOncePerReasonThroughTheHook) {
   Case cake = small_case();
   Args(cake).prepare();  // inside the support set: no warning
   ASSERT_EQ(messages.size(), 2u);
-  EXPECT_EQ(messages[0],
-            fallback_warning("Cake BGMV MoE requires exactly one LoRA slice, got 2"));
+  EXPECT_EQ(messages[0], fallback_warning("Cake BGMV MoE requires exactly one LoRA slice, got 2"));
   EXPECT_EQ(messages[1],
             fallback_warning("Cake BGMV MoE requires LoRA rank in (8, 16, 32, 64), got 12"));
   // set_warning_hook returns the hook it replaces; an empty hook means the stderr default.
@@ -385,9 +390,9 @@ TEST(BgmvPrepareDevice, CudaTensorsValidateThenReportTheMissingDevice) {
 TEST(BgmvPrepareBindings, RunRefusesRebinding) {
   Case c = small_case();
   Args args(c);
-  const std::shared_ptr<BgmvPlan::Impl> impl = detail::prepare_impl(
-      args.x, args.a, args.b, args.sorted, args.experts, args.lora, args.weights,
-      args.num_experts, args.options);
+  const std::shared_ptr<BgmvPlan::Impl> impl =
+      detail::prepare_impl(args.x, args.a, args.b, args.sorted, args.experts, args.lora,
+                           args.weights, args.num_experts, args.options);
   BgmvPlan plan(impl);
   EXPECT_NO_THROW(plan.run());
   std::vector<uint16_t> other(c.x);
@@ -408,6 +413,29 @@ TEST(BgmvPrepareBindings, RunRefusesRebinding) {
   EXPECT_THROW(impl->update_binding("nope", args.x), InvalidArgument);
   BgmvPlan empty;
   EXPECT_THROW(empty.run(), InvalidArgument);
+}
+
+// The bench's grouped-prefix option: 0..3 accepted, anything else named and refused.
+TEST(BgmvPrepare, GroupedLastStageRange) {
+  Case c = small_case();
+  Args args(c);
+  for (const int last : {-1, 4}) {
+    detail::PrepareInternals internals;
+    internals.grouped_last_stage = last;
+    try {
+      detail::prepare_impl(args.x, args.a, args.b, args.sorted, args.experts, args.lora,
+                           args.weights, args.num_experts, args.options, internals);
+      ADD_FAILURE() << "expected InvalidArgument(grouped_last_stage) for " << last;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "grouped_last_stage");
+    }
+  }
+  detail::PrepareInternals internals;
+  internals.grouped_last_stage = 1;
+  EXPECT_EQ(detail::prepare_impl(args.x, args.a, args.b, args.sorted, args.experts, args.lora,
+                                 args.weights, args.num_experts, args.options, internals)
+                ->grouped_last_stage,
+            1);
 }
 
 }  // namespace
