@@ -87,6 +87,55 @@ void print_row(const Row& r) {
   std::fflush(stdout);
 }
 
+/// Issue #4's targets against the rows measured (their feasibility: bench/NOTES.md): 3x the vLLM
+/// points (4 LoRAs, E 128, top-2, rank 32), <= 6 us at T <= 8, >= 80 % of bytes_min at T >= 512,
+/// faster than the portable path everywhere.
+void print_targets(const std::vector<Row>& rows) {
+  struct VllmPoint {
+    int64_t hidden, tokens;
+    double us;
+  };
+  constexpr VllmPoint kVllm[] = {{3072, 1, 80.5},     {3072, 16, 91.9},    {3072, 128, 170.8},
+                                 {3072, 1024, 268.8}, {3072, 2048, 296.0}, {2688, 1, 73.2},
+                                 {2688, 1024, 237.1}};
+  std::printf("targets (#4):\n");
+  for (const VllmPoint& v : kVllm) {
+    for (const Row& r : rows) {
+      if (r.s.hidden != v.hidden || r.s.tokens != v.tokens || r.s.rank != 32 || r.s.top_k != 2 ||
+          r.s.loras != 4 || r.s.experts != 128) {
+        continue;
+      }
+      std::printf("  vLLM H %lld T %lld: %.2f us vs %.1f = %.2fx (3x needs <= %.1f) %s\n",
+                  (long long)v.hidden, (long long)v.tokens, r.cake_us, v.us, v.us / r.cake_us,
+                  v.us / 3, r.cake_us <= v.us / 3 ? "met" : "MISSED");
+    }
+  }
+  int decode = 0, decode_met = 0, large = 0, large_met = 0, slower = 0;
+  const Row* worst_decode = nullptr;
+  for (const Row& r : rows) {
+    const double roof = r.bytes_min / (r.cake_us * 1e3) / (kHbmTbPerS * 1e3);
+    if (r.s.tokens <= 8) {
+      ++decode;
+      decode_met += r.cake_us <= 6.0;
+      if (worst_decode == nullptr || r.cake_us > worst_decode->cake_us) worst_decode = &r;
+    }
+    if (r.s.tokens >= 512) {
+      ++large;
+      large_met += roof >= 0.8;
+    }
+    slower += r.cake_us >= r.portable_us;
+  }
+  if (worst_decode != nullptr) {
+    std::printf(
+        "  T <= 8: %d of %d rows <= 6 us (slowest %.2f us at H %lld R %lld T %lld k %lld)\n",
+        decode_met, decode, worst_decode->cake_us, (long long)worst_decode->s.hidden,
+        (long long)worst_decode->s.rank, (long long)worst_decode->s.tokens,
+        (long long)worst_decode->s.top_k);
+  }
+  std::printf("  T >= 512: %d of %d rows at >= 80 %% of bytes_min\n", large_met, large);
+  std::printf("  Cake not faster than portable: %d of %zu rows\n", slower, rows.size());
+}
+
 void write_json(const std::string& path, const std::vector<Row>& rows) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return;
@@ -169,6 +218,7 @@ int run(int argc, char** argv) {
     ++done;
   }
   report_budget_stop(done, shapes.size(), budget_s);
+  print_targets(rows);
   std::printf("total %.1f s\n", elapsed());
   if (!json.empty()) write_json(json, rows);
   return 0;
