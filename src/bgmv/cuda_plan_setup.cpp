@@ -143,7 +143,7 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.fused_index = geo.fused_index ? 1 : 0;
   g.stage = geo.stage;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
-  g.expand_tiles = grouped_expand_tiles_from_env(grouped_expand_tiles(g.rank));
+  g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.last_stage = impl.grouped_last_stage;
   launch.grouped_launcher =
       reinterpret_cast<GroupedLauncher>(unit_or_throw("grouped", dtype_name(s.dtype), arch).launch);

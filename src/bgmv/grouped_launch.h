@@ -43,7 +43,7 @@ struct GroupedParams {
   int fused_index = 0;  ///< 1: one-CTA index kernel
   int stage = 0;  ///< grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows, 3 ring
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
-  int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (grouped_expand_tiles)
+  int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
   /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the
   /// bench's per-stage prefixes).
   int last_stage = 3;
@@ -84,7 +84,7 @@ constexpr int kGroupRankTile = 8;        ///< shrink rank rows per CTA
 /// Tiles per grouped-expand CTA (1, 2 or 4 are built; CAKEMOE_BGMV_EXPAND_TILES overrides):
 /// 2 is the H200's best at ranks 16, 32 and 64 (bench/results/2026-11-29_683eb04_*); rank 8,
 /// not in the benchmark table, takes the same.
-constexpr int grouped_expand_tiles(int /*rank*/) { return 2; }
+constexpr int kGroupExpandTiles = 2;
 
 /// Dynamic shared memory of the grouped expand: `tiles` x 256 columns x R/8 16-byte vectors of B.
 constexpr int64_t grouped_expand_smem_bytes(int rank, int tiles) {

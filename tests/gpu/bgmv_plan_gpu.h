@@ -1,7 +1,9 @@
 // Helpers of the BGMV plan GPU tests: a seeded case uploaded to device 0, GPU and CPU plans of
-// the same inputs, host copies of results, and comparisons with precise diagnostics.
+// the same inputs, host copies of results, comparisons with precise diagnostics, and the spec §8
+// replay checks every path shares (changing contents, outer capture).
 #pragma once
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,7 @@
 
 #include "bgmv/bgmv_case.h"
 #include "cakemoe/bgmv.h"
+#include "core/cuda_check.h"
 #include "core/cuda_util.h"
 #include "formats/codecs.h"
 #include "gpu/gpu_testbed.h"
@@ -227,6 +230,54 @@ inline ::testing::AssertionResult allclose(const std::vector<float>& got,
            << i % width << ": got " << g << " want " << w;
   }
   return ::testing::AssertionSuccess();
+}
+
+/// spec §8, replays read current contents: `steps` times, new contents go into `g`'s buffers
+/// (GpuCase::change_contents) and `gpu` must give the CPU plan's y and shrink rows bit for bit.
+inline void expect_follows_changing_contents(GpuCase& g, BgmvPlan& gpu, BgmvPlan& cpu, int steps) {
+  for (int step = 0; step < steps; ++step) {
+    g.change_contents(step);
+    poison_and_run(gpu, nullptr);
+    cpu.run(nullptr);
+    ASSERT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), fetch_y(cpu.y_accum()), g.host.spec.hidden))
+        << "step " << step;
+    ASSERT_TRUE(
+        bitwise_equal(fetch_u16(gpu.shrink_out()), fetch_u16(cpu.shrink_out()), g.host.spec.rank))
+        << "step " << step;
+  }
+}
+
+/// spec §8 outer capture: after an eager first run on a fresh stream, `gpu.run` inside the
+/// caller's capture enqueues its kernels into the caller's graph, whose `replays` replays give the
+/// CPU plan's y bit for bit; the plan's own graph still replays on its owner stream afterwards.
+inline void expect_outer_capture_replays(GpuCase& g, BgmvPlan& gpu, int replays) {
+  cudaStream_t s = nullptr;
+  CAKEMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  BgmvPlan cpu = g.prepare_cpu();
+  cpu.run(nullptr);
+  const std::vector<float> want = fetch_y(cpu.y_accum());
+  gpu.run(s);  // eager first run before any outer capture (spec §8 practical rule)
+  CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t graph = nullptr;
+  CAKEMOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  gpu.run(s);  // enqueued into the caller's graph
+  CAKEMOE_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CAKEMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < replays; ++i) {
+    core::fill_bytes(gpu.y_accum(), 0xFF, s);
+    CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    EXPECT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), want, g.host.spec.hidden))
+        << "outer graph replay " << i;
+  }
+  gpu.run(s);  // the plan's own graph still replays on its owner stream
+  CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
+  EXPECT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), want, g.host.spec.hidden));
+  gpu.close();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
 }
 
 }  // namespace bgmv_gpu

@@ -2,7 +2,6 @@
 // decode_fused.cuh): y and shrink_out bitwise equal to the CPU canonical order with the plan's
 // splits and to the two-kernel path, over >= 8 poisoned replays; routing edge cases, column-slice
 // y with NaN canaries, route changes between replays, outer capture, the §3.3 header.
-#include <cuda_runtime_api.h>
 
 #include <string>
 #include <vector>
@@ -10,7 +9,6 @@
 #include "bgmv/plan.h"
 #include "bgmv/plan_impl.h"
 #include "cakemoe/errors.h"
-#include "core/cuda_check.h"
 #include "gpu/bgmv_plan_gpu.h"
 
 namespace cakemoe {
@@ -56,7 +54,8 @@ void check_fused(GpuCase& g, int replays, const std::string& label,
   BgmvPlan cpu = g.prepare_cpu();
   // NOTE: the CPU default may be the specialized variant (no shrink_launch; same bits, same
   // splits as the generic selector's).
-  const int splits = bgmv::select_generic_shrink(g.host.num_pairs(), r, h, bgmv::Arch::kSm90a).splits;
+  const int splits =
+      bgmv::select_generic_shrink(g.host.num_pairs(), r, h, bgmv::Arch::kSm90a).splits;
   if (!fused_fits(g.host, splits)) {
     options.fused_decode = true;
     EXPECT_THROW(g.prepare_gpu(options), InvalidArgument) << label << ": grid cannot fit";
@@ -192,15 +191,7 @@ TEST(BgmvDecodeFusedGpu, RoutesChangeBetweenReplays) {
   BgmvPlan fused = g.prepare_gpu(o);
   BgmvPlan cpu = g.prepare_cpu();
   ASSERT_TRUE(fused.fused_decode());
-  for (int step = 0; step < 8; ++step) {
-    g.change_contents(step);
-    poison_and_run(fused, nullptr);
-    cpu.run(nullptr);
-    ASSERT_TRUE(bitwise_equal(fetch_y(fused.y_accum()), fetch_y(cpu.y_accum()), s.hidden))
-        << "step " << step;
-    ASSERT_TRUE(bitwise_equal(fetch_u16(fused.shrink_out()), fetch_u16(cpu.shrink_out()), s.rank))
-        << "step " << step;
-  }
+  expect_follows_changing_contents(g, fused, cpu, 8);
 }
 
 // The fused path keeps the §3.3 header like the per-route pipeline (word0 = runs, word1 =
@@ -229,36 +220,10 @@ TEST(BgmvDecodeFusedGpu, OuterCaptureReplays) {
   CAKEMOE_REQUIRE_GPU();
   GpuCase g(
       bgmv_test::make_case(fused_spec(DType::kBF16, 3072, 32, 1, 2, PairOrder::kTokenMajor, 996)));
-  cudaStream_t s = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   BgmvOptions o;
   o.fused_decode = true;
   BgmvPlan gpu = g.prepare_gpu(o);
-  BgmvPlan cpu = g.prepare_cpu();
-  cpu.run(nullptr);
-  const std::vector<float> want = fetch_y(cpu.y_accum());
-  gpu.run(s);
-  CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t graph = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  gpu.run(s);
-  CAKEMOE_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 8; ++i) {
-    core::fill_bytes(gpu.y_accum(), 0xFF, s);
-    CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-    EXPECT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), want, g.host.spec.hidden))
-        << "outer graph replay " << i;
-  }
-  gpu.run(s);
-  CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-  EXPECT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), want, g.host.spec.hidden));
-  gpu.close();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
+  expect_outer_capture_replays(g, gpu, 8);
 }
 
 // The heuristic on the H200: tiny batches take the fused path by default, T 16 does not

@@ -54,15 +54,6 @@ BgmvPlan prepare_grouped(const GpuCase& g, int index) {
                                              internals));
 }
 
-/// Sets an environment switch for one scope (unset again however the scope ends).
-struct ScopedEnv {
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-  const char* name_;
-};
-
 /// Each index form of `row` against the CPU grouped order.
 void check_forms(const GroupedRow& row, uint64_t seed, const std::vector<int>& indexes) {
   GpuCase g(bgmv_test::make_case(grouped_spec(row, seed)));
@@ -125,7 +116,7 @@ TEST(BgmvGroupedGpu, FormsBitwiseVsCpu) {
 // (H 1344, 2112, 7176) and ranks 8-64.
 TEST(BgmvGroupedGpu, RingShrinkBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
-  const ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "3");
+  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "3");
   const std::vector<GroupedRow> rows = {
       {768, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
       {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
@@ -150,7 +141,7 @@ TEST(BgmvGroupedGpu, ExpandTilesBitwiseVsCpu) {
       {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
       {768, 8, 200, 3, 5, 7, DType::kBF16, PairOrder::kTokenMajor}};  // 35 bins
   for (const char* tiles : {"1", "2", "4"}) {
-    const ScopedEnv env("CAKEMOE_BGMV_EXPAND_TILES", tiles);
+    const testbed::ScopedEnv env("CAKEMOE_BGMV_EXPAND_TILES", tiles);
     SCOPED_TRACE(std::string("expand tiles ") + tiles);
     uint64_t seed = 7100;
     for (const GroupedRow& row : rows) check_forms(row, ++seed, {1});

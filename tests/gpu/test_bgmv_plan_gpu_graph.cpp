@@ -118,8 +118,8 @@ TEST(BgmvPlanGpuLayout, SmallColumnSliceKeepsNanCanaries) {
   const Tensor host = gpu_testbed::to_host(buffer);
   for (int64_t t = 0; t < t_n; ++t) {
     for (int64_t c = h; c < wide; ++c) {
-      ASSERT_TRUE(std::isnan(host.ptr<float>()[t * wide + c])) << "canary overwritten at row "
-                                                               << t << " col " << c;
+      ASSERT_TRUE(std::isnan(host.ptr<float>()[t * wide + c]))
+          << "canary overwritten at row " << t << " col " << c;
     }
   }
   // The portable path needs a fully contiguous y_accum.
@@ -141,34 +141,8 @@ TEST(BgmvPlanGpuLayout, SmallColumnSliceKeepsNanCanaries) {
 TEST(BgmvPlanGpuGraph, SmallOuterCapturePassthrough) {
   CAKEMOE_REQUIRE_GPU();
   GpuCase g(bgmv_test::make_case(small_spec(DType::kBF16, 16)));
-  cudaStream_t s = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   BgmvPlan gpu = g.prepare_gpu();
-  BgmvPlan cpu = g.prepare_cpu();
-  cpu.run(nullptr);
-  const std::vector<float> want = fetch_y(cpu.y_accum());
-  gpu.run(s);  // eager first run before any outer capture (spec §8 practical rule)
-  CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t graph = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  gpu.run(s);  // enqueued into the caller's graph
-  CAKEMOE_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) {
-    core::fill_bytes(gpu.y_accum(), 0xFF, s);
-    CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-    EXPECT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), want, g.host.spec.hidden))
-        << "outer graph replay " << i;
-  }
-  gpu.run(s);  // the plan's own graph still replays on its owner stream
-  CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-  EXPECT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), want, g.host.spec.hidden));
-  gpu.close();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
+  expect_outer_capture_replays(g, gpu, 3);
 }
 
 TEST(BgmvPlanGpuGraph, SmallWrongStreamRaisesAndCloseRebinds) {
@@ -234,15 +208,14 @@ TEST(BgmvPlanGpuPortable, FallbackShapesMatchOracle) {
     s.top_k = row.k;
     GpuCase g(bgmv_test::make_case(s));
     BgmvPlan plan = g.prepare_gpu();
-    const std::string label = "portable H=" + std::to_string(row.h) + " R=" +
-                              std::to_string(row.r) + " S=" + std::to_string(row.slices);
+    const std::string label = "portable H=" + std::to_string(row.h) +
+                              " R=" + std::to_string(row.r) + " S=" + std::to_string(row.slices);
     ASSERT_EQ(plan.backend_used(), "portable") << label;
     EXPECT_FALSE(plan.fallback_reason().empty());
     EXPECT_FALSE(plan.schedule_id().has_value());
     for (int i = 0; i < 3; ++i) {
       poison_and_run(plan, nullptr);
-      expect_close_to_oracle(g.host, fetch_y(plan.y_accum()),
-                             label + " run " + std::to_string(i));
+      expect_close_to_oracle(g.host, fetch_y(plan.y_accum()), label + " run " + std::to_string(i));
     }
     BgmvOptions strict;
     strict.fallback = false;

@@ -6,12 +6,12 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "bgmv/cake_device.cuh"
+#include "formats/codecs.h"
 #include "gpu/device_buffer.h"
 #include "gpu/gpu_testbed.h"
 
@@ -29,12 +29,6 @@ __global__ void reduce_both(const float* in, float* butterfly, float* scattered)
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) butterfly[lane * kSlots + s] = bgmv::dev::warp_butterfly(v[s]);
   scattered[lane] = bgmv::dev::warp_reduce_scatter<kSlots>(v);
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
 }
 
 template <int kSlots>
@@ -62,7 +56,8 @@ void check_slots(uint64_t seed) {
   constexpr int kLanesPerSlot = 32 / kSlots;
   for (int lane = 0; lane < 32; ++lane) {
     const int slot = lane / kLanesPerSlot;
-    EXPECT_EQ(bits(rs[lane]), bits(bf[slot]))  // lane 0's butterfly of that slot
+    EXPECT_EQ(formats::float_to_bits(rs[lane]),
+              formats::float_to_bits(bf[slot]))  // lane 0's butterfly of that slot
         << "kSlots " << kSlots << " lane " << lane << " slot " << slot << ": " << rs[lane] << " vs "
         << bf[slot];
   }

@@ -3,7 +3,6 @@
 // generic plan's splits (so also to the generic GPU plan), over >= 8 poisoned graph replays;
 // padding, LoRA -1, extra and scanned routes, column-slice y with NaN canaries, contents changed
 // between replays, outer capture, the §3.3 header, and the default choice on SM90.
-#include <cuda_runtime_api.h>
 
 #include <string>
 #include <vector>
@@ -11,7 +10,6 @@
 #include "bgmv/plan.h"
 #include "bgmv/plan_impl.h"
 #include "cakemoe/errors.h"
-#include "core/cuda_check.h"
 #include "gpu/bgmv_plan_gpu.h"
 
 namespace cakemoe {
@@ -199,15 +197,7 @@ TEST(BgmvSpecializedGpu, ContentsChangeBetweenReplays) {
   GpuCase g(bgmv_test::make_case(s));
   BgmvPlan plan = prepare_forced(g, 1, 1);
   BgmvPlan cpu = g.prepare_cpu();
-  for (int step = 0; step < kReplays; ++step) {
-    g.change_contents(step);
-    poison_and_run(plan, nullptr);
-    cpu.run(nullptr);
-    ASSERT_TRUE(bitwise_equal(fetch_y(plan.y_accum()), fetch_y(cpu.y_accum()), s.hidden))
-        << "step " << step;
-    ASSERT_TRUE(bitwise_equal(fetch_u16(plan.shrink_out()), fetch_u16(cpu.shrink_out()), s.rank))
-        << "step " << step;
-  }
+  expect_follows_changing_contents(g, plan, cpu, kReplays);
 }
 
 // The §3.3 header after 4 runs (word0 = 4, word1 = 1) and the split tickets back at 0 (P 8:
@@ -235,34 +225,8 @@ TEST(BgmvSpecializedGpu, OuterCaptureReplays) {
   CAKEMOE_REQUIRE_SPECIALIZED(3072);
   GpuCase g(
       bgmv_test::make_case(special_spec(DType::kBF16, 3072, 32, 2, PairOrder::kSlotMajor, 3700)));
-  cudaStream_t s = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   BgmvPlan gpu = prepare_forced(g, 1, 2);
-  BgmvPlan cpu = g.prepare_cpu();
-  cpu.run(nullptr);
-  const std::vector<float> want = fetch_y(cpu.y_accum());
-  gpu.run(s);
-  CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t graph = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  gpu.run(s);
-  CAKEMOE_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CAKEMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < kReplays; ++i) {
-    core::fill_bytes(gpu.y_accum(), 0xFF, s);
-    CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-    EXPECT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), want, g.host.spec.hidden))
-        << "outer graph replay " << i;
-  }
-  gpu.run(s);
-  CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-  EXPECT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), want, g.host.spec.hidden));
-  gpu.close();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
+  expect_outer_capture_replays(g, gpu, kReplays);
 }
 
 // On the H200 the measured SM90 windows pick the specialized variant for T 64, k 2 (P 128);

@@ -50,29 +50,9 @@ MoEConfig valid_config(Family f = Family::kNVFP4) {
   return c;
 }
 
-/// Sets (or clears, for nullptr) CAKEMOE_STEPFUN_FULL_PATH for one scope.
-class ScopedEnv {
- public:
-  explicit ScopedEnv(const char* value) {
-    if (const char* old = std::getenv(kName)) saved_ = old, had_ = true;
-    if (value) {
-      setenv(kName, value, 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(kName, saved_.c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-
- private:
-  static constexpr const char* kName = "CAKEMOE_STEPFUN_FULL_PATH";
-  std::string saved_;
-  bool had_ = false;
+/// CAKEMOE_STEPFUN_FULL_PATH set (or cleared, for nullptr) for one scope.
+struct FullPathEnv : testbed::ScopedEnv {
+  explicit FullPathEnv(const char* value) : ScopedEnv("CAKEMOE_STEPFUN_FULL_PATH", value) {}
 };
 
 TEST(Config, BackendSupportsSm90AndSm100Family) {
@@ -206,16 +186,16 @@ TEST(Config, EveryRejectionIsTypedAndNamesTheField) {
 
 TEST(Config, FullPathEnvironmentVariable) {
   for (const char* ok : {static_cast<const char*>(nullptr), "auto", "1", ""}) {
-    ScopedEnv env(ok);
+    FullPathEnv env(ok);
     EXPECT_NO_THROW(check_full_path_env()) << (ok ? ok : "(unset)");
   }
   {
-    ScopedEnv env("0");
+    FullPathEnv env("0");
     expect_error([] { check_full_path_env(); }, Kind::kUnsupported, "CAKEMOE_STEPFUN_FULL_PATH",
                  "FC1-only hybrid path does not exist in cakemoe");
   }
   for (const char* bad : {"2", "true", "AUTO", "full", " 1"}) {
-    ScopedEnv env(bad);
+    FullPathEnv env(bad);
     expect_error([] { check_full_path_env(); }, Kind::kInvalid, "CAKEMOE_STEPFUN_FULL_PATH",
                  "auto, 0 or 1");
   }

@@ -1,12 +1,33 @@
 #include "testbed/testbed.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "formats/codecs.h"
 
 namespace cakemoe {
 namespace testbed {
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) {
+    saved_ = old;
+    had_ = true;
+  }
+  if (value != nullptr) {
+    setenv(name, value, 1);
+  } else {
+    unsetenv(name);
+  }
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (had_) {
+    setenv(name_.c_str(), saved_.c_str(), 1);
+  } else {
+    unsetenv(name_.c_str());
+  }
+}
 
 std::vector<float> Rng::normal_vector(size_t n, float scale) {
   std::vector<float> v(n);

@@ -11,6 +11,20 @@
 namespace cakemoe {
 namespace testbed {
 
+/// Sets (or, for nullptr, clears) an environment variable for one scope; the previous value, or
+/// its absence, comes back however the scope ends.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, saved_;
+  bool had_ = false;
+};
+
 /// Seeded generator; the same seed gives the same stream on every machine.
 class Rng {
  public:
