@@ -105,6 +105,9 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
   // Rule 15 (and the forced pipelines' kernel limits, inside choose_cake_plan).
   core::require(!(options.grouped.value_or(false) && options.order_remap.value_or(false)),
                 "order_remap", "order_remap=true cannot be combined with grouped=true");
+  core::require(internals.grouped_last_stage >= 0 && internals.grouped_last_stage <= 3,
+                "grouped_last_stage",
+                "0 (index) .. 3 (combine), got " + std::to_string(internals.grouped_last_stage));
   PlanChoice choice;
   if (portable) {
     choice = choose_portable_plan(support.supported() ? kForcedPortableReason : support.reason);
@@ -152,9 +155,6 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
   impl->params.shrink_splits = choice.shrink_splits;
   impl->params.grouped = choice.grouped;
   impl->grouped_index_override = internals.grouped_index;
-  core::require(internals.grouped_last_stage >= 0 && internals.grouped_last_stage <= 3,
-                "grouped_last_stage",
-                "0 (index) .. 3 (combine), got " + std::to_string(internals.grouped_last_stage));
   impl->grouped_last_stage = internals.grouped_last_stage;
   impl->x = x;
   impl->lora_a = lora_a_weights;
