@@ -7,6 +7,11 @@
 #
 #   scripts/gpu-bgmv-perf.sh OUTDIR [--variants] [--no-ncu] [--no-bench] [--sanitize=FILTER]
 #                            [--ncu-shapes="H,R,T,k,L H,R,T,k,L"]
+#                            [--ncu-source="KERNEL_REGEX@H,R,T,k,L"]
+#
+# --ncu-source: one launch of the kernels matching KERNEL_REGEX under ncu's full set with source
+# counters, the details page and the per-instruction SASS view with CUDA lines (builds with
+# -lineinfo, which changes no code) into ncu_source.txt.
 #
 # --sanitize=FILTER: test_gpu under compute-sanitizer memcheck, racecheck and synccheck on FILTER.
 #
@@ -22,6 +27,7 @@ ncu_on=1
 bench_on=1
 sanitize_filter=""
 ncu_shapes="3072,32,1024,2,8 3072,32,1024,2,4"
+ncu_source=""
 for arg in "$@"; do
   case "$arg" in
     --variants) variants=1 ;;
@@ -29,6 +35,7 @@ for arg in "$@"; do
     --no-bench) bench_on=0 ;;
     --sanitize=*) sanitize_filter="${arg#--sanitize=}" ;;
     --ncu-shapes=*) ncu_shapes="${arg#--ncu-shapes=}" ;;
+    --ncu-source=*) ncu_source="${arg#--ncu-source=}" ;;
     -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     -*) cakemoe_log "unknown argument: $arg"; exit 2 ;;
     *) out="$arg" ;;
@@ -65,7 +72,8 @@ step() {
 
 if ! step configure "$out/build.log" 120 \
        bash -c "source '$CAKEMOE_ROOT/scripts/common.sh'; cakemoe_configure '$build' all \
-                -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON" ||
+                -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON \
+                ${ncu_source:+-DCMAKE_CUDA_FLAGS=-lineinfo}" ||
    ! step build "$out/build.log" 300 cmake --build "$build" -j "$(nproc)"; then
   tail -n 30 "$out/build.log"
   cat "$summary"
@@ -103,6 +111,18 @@ if ((ncu_on)) && command -v ncu >/dev/null 2>&1; then
       --section WarpStateStats --metrics dram__bytes_read.sum,dram__bytes_write.sum \
       "$bench" --variants --shape="$shape" --reps=1
   done
+fi
+if [[ -n "$ncu_source" ]] && command -v ncu >/dev/null 2>&1; then
+  regex="${ncu_source%@*}" shape="${ncu_source#*@}"
+  log="$out/ncu_source.txt"
+  echo "kernels $regex, shape $shape: details page (full set)" >"$log"
+  step "ncu source $ncu_source" "$log" 90 ncu --clock-control none --graph-profiling node \
+    --kernel-name regex:"$regex" --launch-count 1 --set full --import-source yes \
+    "$bench" --shape="$shape" --reps=1
+  echo "==== per-instruction source view (sass, cuda)" >>"$log"
+  step "ncu source page" "$log" 90 ncu --clock-control none --graph-profiling node \
+    --kernel-name regex:"$regex" --launch-count 1 --set full --import-source yes \
+    --page source --print-source cuda,sass --csv "$bench" --shape="$shape" --reps=1
 fi
 echo "total:  $SECONDS s (budget $budget s)" >>"$summary"
 cat "$summary"
