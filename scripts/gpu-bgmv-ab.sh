@@ -7,8 +7,9 @@
 #
 #   scripts/gpu-bgmv-ab.sh OLD_TREE OUTDIR
 #
+# OLD_TREE "-": no old tree (only the new bench, its stages and switches).
 # AB_TESTS=<gtest filter> also builds and runs the new tree's test_gpu (after the benches).
-# AB_ENVS="NAME=VALUE ..." runs the new bench once more per switch (bench_env<i>.log);
+# AB_ENVS="NAME=VALUE[,NAME=VALUE] ..." runs the new bench once more per switch set (bench_env<i>.log);
 # AB_BENCH_ARGS (e.g. --quick) goes to every bench run.
 # Files in OUTDIR: summary.txt, bench_old.log, bench_new.log, bench_stage<S>.log, bench_env<i>.log,
 # ncu_<i>.txt, tests.log (at most 8 come back: keep AB_STAGES, AB_ENVS and AB_NCU_SHAPES short). Build logs stay in
@@ -29,9 +30,13 @@ build_bench() {  # TREE BUILD_DIR LOG
      cmake --build "$2" -j 8 --target bench_bgmv) >"$3" 2>&1
 }
 build_bench "$CAKEMOE_ROOT" "$CAKEMOE_ROOT/build-ab-new" "$CAKEMOE_ROOT/build-ab-new.log" &
-build_bench "$old" "$CAKEMOE_ROOT/build-ab-old" "$CAKEMOE_ROOT/build-ab-old.log" &
+sides="new"
+if [[ "$old" != "-" ]]; then
+  sides="new old"
+  build_bench "$old" "$CAKEMOE_ROOT/build-ab-old" "$CAKEMOE_ROOT/build-ab-old.log" &
+fi
 wait
-for side in new old; do
+for side in $sides; do
   if [[ ! -x "$CAKEMOE_ROOT/build-ab-$side/bench/bench_bgmv" ]]; then
     echo "build $side failed" >>"$summary"
     tail -n 20 "$CAKEMOE_ROOT/build-ab-$side.log" >>"$summary"
@@ -41,7 +46,7 @@ echo "builds: $SECONDS s" >>"$summary"
 new_bench="$CAKEMOE_ROOT/build-ab-new/bench/bench_bgmv"
 old_bench="$CAKEMOE_ROOT/build-ab-old/bench/bench_bgmv"
 # shellcheck disable=SC2086  # AB_BENCH_ARGS is a list of arguments
-timeout 90 "$old_bench" --reps=30 ${AB_BENCH_ARGS:-} >"$out/bench_old.log" 2>&1
+[[ "$old" == "-" ]] || timeout 90 "$old_bench" --reps=30 ${AB_BENCH_ARGS:-} >"$out/bench_old.log" 2>&1
 # shellcheck disable=SC2086
 timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} >"$out/bench_new.log" 2>&1
 for s in ${AB_STAGES:-}; do
@@ -54,12 +59,12 @@ for assignment in ${AB_ENVS:-}; do  # NAME=VALUE: the new bench again with that 
   e=$((e + 1))
   echo "$assignment" >"$out/bench_env$e.log"
   # shellcheck disable=SC2086
-  env "$assignment" timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} >>"$out/bench_env$e.log" 2>&1
+  env ${assignment//,/ } timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} >>"$out/bench_env$e.log" 2>&1
 done
 i=0
 for shape in ${AB_NCU_SHAPES:-}; do
   i=$((i + 1))
-  for side in old new; do
+  for side in $sides; do
     bench="$CAKEMOE_ROOT/build-ab-$side/bench/bench_bgmv"
     echo "== $side $shape" >>"$out/ncu_$i.txt"
     timeout 90 ncu --clock-control none --graph-profiling node --kernel-name regex:'group' \

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "bgmv/grouped_compute.cuh"
+#include "bgmv/grouped_fused.cuh"
 #include "bgmv/grouped_shrink_ring.cuh"
 #include "cakemoe/errors.h"
 #include "core/cuda_check.h"
@@ -84,6 +85,27 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
                p);
 }
 
+/// Stage 4: the fused shrink + expand (one CTA per tile), then the combine.
+template <bool kBf16, int kRank>
+void launch_fused(const GroupedParams& p, cudaStream_t stream) {
+  const int ktiles = grouped_k_tiles(p.hidden);
+  if (p.ring_slots < ktiles ||
+      grouped_fused_smem_bytes(p.ring_slots) > kGroupFusedMaxSmemBytes) {
+    throw InvalidArgument("ring_slots", "the fused grouped stage needs between " +
+                                            std::to_string(ktiles) + " and " +
+                                            std::to_string(kGroupFusedMaxSmemBytes /
+                                                           kGroupFusedSlotBytes) +
+                                            " ring slots at this H, got " +
+                                            std::to_string(p.ring_slots));
+  }
+  launch_stage(grouped_fused_kernel<kBf16, kRank>, dim3(p.max_tiles), kShrinkThreads,
+               static_cast<size_t>(grouped_fused_smem_bytes(p.ring_slots)), p.pdl != 0, stream,
+               p);
+  if (p.last_stage < 3) return;
+  launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, p.pdl != 0,
+               stream, p);
+}
+
 template <bool kBf16>
 void launch_grouped(const GroupedParams& p, void* stream_handle) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
@@ -105,6 +127,25 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
                  stream, p);
   }
   if (p.last_stage < 1) return;
+  if (p.stage == 4) {
+    switch (p.rank) {
+      case 8:
+        launch_fused<kBf16, 8>(p, stream);
+        return;
+      case 16:
+        launch_fused<kBf16, 16>(p, stream);
+        return;
+      case 32:
+        launch_fused<kBf16, 32>(p, stream);
+        return;
+      case 64:
+        launch_fused<kBf16, 64>(p, stream);
+        return;
+      default:
+        throw InvalidArgument("rank", "the grouped pipeline takes rank 8, 16, 32 or 64, got " +
+                                          std::to_string(p.rank));
+    }
+  }
   const dim3 shrink_grid(p.max_tiles, p.rank / kRankTile);
   const size_t row_bytes = static_cast<size_t>(grouped_stage_row_bytes(p.hidden));
   switch (p.stage) {
@@ -124,7 +165,7 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
       break;
     default:
       throw InvalidArgument(
-          "stage", "the grouped shrink stages 0, 1, 2 or 3 (ring), got " + std::to_string(p.stage));
+          "stage", "the grouped shrink stages 0, 1, 2, 3 (ring) or 4 (fused), got " + std::to_string(p.stage));
   }
   if (p.last_stage < 2) return;
   switch (p.rank) {

@@ -247,6 +247,21 @@ void expect_expand_slots_permute_and_spread() {
   }
 }
 
+// The fused stage's ring: two rank blocks' k tiles where they fit in 200 KB, one block's past
+// that, none where even one does not fit.
+TEST(BgmvPlanWorkspaces, GroupedFusedRingSlots) {
+  EXPECT_EQ(grouped_k_tiles(3072), 3);
+  EXPECT_EQ(grouped_k_tiles(3073), 4);
+  EXPECT_EQ(grouped_fused_slots(768), 2);
+  EXPECT_EQ(grouped_fused_slots(2688), 6);
+  EXPECT_EQ(grouped_fused_slots(3072), 6);
+  EXPECT_EQ(grouped_fused_slots(6144), 12);
+  EXPECT_EQ(grouped_fused_slots(6152), 7);  // 14 slots would be 224 KB
+  EXPECT_EQ(grouped_fused_slots(12288), 12);
+  EXPECT_EQ(grouped_fused_slots(12296), 0);
+  EXPECT_LE(grouped_fused_smem_bytes(grouped_fused_slots(6144)), kGroupFusedMaxSmemBytes);
+}
+
 TEST(BgmvPlanWorkspaces, GroupedExpandSharedLayout) {
   expect_expand_slots_permute_and_spread<1>();  // rank 8
   expect_expand_slots_permute_and_spread<2>();
