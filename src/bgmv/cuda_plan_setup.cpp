@@ -90,25 +90,18 @@ void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
 // CAKEMOE_BGMV_GROUPED_STAGE=0|1|2|3|4 replaces the grouped shrink's form (A/B runs of the
 // benchmark; the bits do not depend on it). 1 and 2 are capped at the largest staging that fits
 // H (their shared memory grows with it); 3, the ring, fits every H; 4, the fused shrink + expand,
-// fits H <= 12288 (grouped_fused_slots) and is ignored above.
-int grouped_stage_from_env(int chosen, int64_t num_pairs, int64_t hidden) {
+// is ignored where its B block passes kGroupFusedMaxSmemBytes.
+int grouped_stage_from_env(int chosen, int64_t num_pairs, int64_t hidden, int64_t rank) {
   const char* env = std::getenv("CAKEMOE_BGMV_GROUPED_STAGE");
   if (env == nullptr || env[0] < '0' || env[0] > '4' || env[1] != '\0') return chosen;
   const int forced = env[0] - '0';
   if (forced == 3) return 3;
-  if (forced == 4) return grouped_fused_slots(hidden) > 0 ? 4 : chosen;
+  if (forced == 4) {
+    return grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedMaxSmemBytes
+               ? 4
+               : chosen;
+  }
   return std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
-}
-
-// CAKEMOE_BGMV_FUSED_SLOTS=N replaces the fused stage's ring slots (A/B runs; clamped to what
-// H needs and what fits; the bits do not depend on it).
-int grouped_fused_slots_from_env(int64_t hidden) {
-  const int chosen = grouped_fused_slots(hidden);
-  const char* env = std::getenv("CAKEMOE_BGMV_FUSED_SLOTS");
-  if (env == nullptr || chosen == 0) return chosen;
-  const int forced = std::atoi(env);
-  const int most = static_cast<int>(kGroupFusedMaxSmemBytes / kGroupFusedSlotBytes);
-  return forced <= 0 ? chosen : std::max(grouped_k_tiles(hidden), std::min(forced, most));
 }
 
 // CAKEMOE_BGMV_EXPAND_TILES=1|2|4 replaces the grouped expand's tiles per CTA (A/B runs; the
@@ -125,7 +118,7 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
   GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
                                          s.num_loras * s.num_experts);
-  geo.stage = grouped_stage_from_env(geo.stage, s.num_pairs, s.hidden);
+  geo.stage = grouped_stage_from_env(geo.stage, s.num_pairs, s.hidden, s.rank);
   const GroupedWorkspace gw =
       grouped_workspace(s.num_pairs, s.num_tokens, s.num_loras, s.num_experts, s.hidden);
   impl.group_workspace = device_zeros({gw.int_words}, DType::kInt32, s.device);
@@ -155,7 +148,6 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.max_tiles = static_cast<int>(gw.max_tiles);
   g.fused_index = geo.fused_index ? 1 : 0;
   g.stage = geo.stage;
-  g.ring_slots = geo.stage == 4 ? grouped_fused_slots_from_env(s.hidden) : 0;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.last_stage = impl.grouped_last_stage;

@@ -1,14 +1,17 @@
-// Fused grouped shrink + expand (stage 4; spec bgmv §5, docs/decisions/bgmv-gpu-runtime.md): one
-// CTA per tile (<= 16 routes of one bin) computes the tile's shrink rows for every rank block,
-// keeps them in shared memory, then computes the tile's per-route partials over all H columns.
-// The rows never go to HBM and back (no tile_rows), there is no grid boundary between the two
-// stages, and B's first column chunks are in flight while the last rank blocks compute: A's k
-// tiles and B's column chunks stream through one ring of 16 KB slots in a fixed item order.
+// Fused grouped shrink + expand (stage 4; spec bgmv §5, docs/decisions/bgmv-gpu-runtime.md): a
+// cluster of C = R / 8 CTAs per tile (<= 16 routes of one bin). CTA q of the cluster computes the
+// tile's shrink rows for rank block q, the cluster exchanges them through distributed shared
+// memory, and CTA q then computes the tile's per-route partials for column block q (H / C
+// columns). Its B block (H / C columns x R, contiguous) is copied into shared memory right at
+// the start, so those loads are in flight during the shrink; the rows never go to HBM and back
+// (no tile_rows) and there is no grid boundary between the two stages.
 //
 // Same arithmetic as grouped_shrink_kernel (parts of 4 routes, per-thread k-tile order, warp
 // reduce-scatter, splits) and grouped_expand_kernel (per-group FMA chains, butterfly lane 0):
 // the shrink rows and the partials are bitwise equal, so the combine's y is too.
 #pragma once
+
+#include <cooperative_groups.h>
 
 #include <cstdint>
 
@@ -18,173 +21,152 @@ namespace cakemoe {
 namespace bgmv {
 namespace grouped {
 
-constexpr int kFusedSlotVectors = kGroupFusedSlotBytes / 16;
-static_assert(kFusedSlotVectors == kRankTile * kShrinkThreads, "an A slot is 8 rows x 128 vectors");
+/// Cluster barrier halves (PTX barrier.cluster): arrive with release semantics, wait with
+/// acquire, so shared-memory writes before the arrive are visible to peers after their wait.
+CAKEMOE_DEVICE void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+CAKEMOE_DEVICE void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 
-/// grid max_tiles x 128, dynamic smem grouped_fused_smem_bytes(p.ring_slots).
-///
-/// Ring items, in order: A's rank block rb, k tile t (item rb * K + t; 8 rows x 128 vectors,
-/// each thread copies the vectors it later reads: no barrier between its copy and its reads),
-/// then B's column chunks j (item R / 8 * K + j; 16 KB of B[bin] contiguous, copied coalesced by
-/// all threads into grouped_expand_slot order, read after a barrier). Item i lives in slot
-/// i % S and is issued once item i - S has been consumed; a rank block's k tiles are consumed
-/// together (every part reads all of them), so S >= K.
+/// grid (max_tiles * R / 8) x 128 in clusters of R / 8, dynamic smem
+/// grouped_fused_smem_bytes(H, R).
 template <bool kBf16, int kRank>
-__global__ void __launch_bounds__(kShrinkThreads, 2) grouped_fused_kernel(GroupedParams p) {
-  extern __shared__ uint4 ring[];
+__global__ void __launch_bounds__(kShrinkThreads, 3) grouped_fused_kernel(GroupedParams p) {
+  extern __shared__ uint4 bstage[];  // this CTA's B block, grouped_expand_slot order
   __shared__ SplitSums red;
+  __shared__ float own_rows[kGroupTileRoutes][kRankTile];  // rank block q, read by the peers
   __shared__ float srow[kGroupTileRoutes][kRank];
   __shared__ int spair[kGroupTileRoutes];
   constexpr int kGroups = kRank / 8;
-  constexpr int kRankBlocks = kRank / kRankTile;
-  constexpr int kChunkCols = kFusedSlotVectors / kGroups;  // B columns per slot
-  constexpr int kColsPerThread = kChunkCols / kShrinkThreads;
+  constexpr int kCluster = kRank / kRankTile;
   dev::pdl_wait();  // the index is complete
   dev::pdl_trigger();
   const GroupedWs w = grouped_ws(p);
-  if (static_cast<int>(blockIdx.x) >= w.header[0]) return;
-  const int4 info = w.tile_info[blockIdx.x];
+  const int tile = static_cast<int>(blockIdx.x) / kCluster;
+  // NOTE: every CTA of a cluster has the same tile, so a cluster exits whole (no orphaned
+  // cluster barrier).
+  if (tile >= w.header[0]) return;
+  const int q = static_cast<int>(blockIdx.x) % kCluster;  // == the CTA's rank in its cluster
+  const int4 info = w.tile_info[tile];
   const int first = info.x, routes = info.y, bin = info.z;
   const int tid = threadIdx.x;
   const int64_t h = p.hidden;
-  const int ktiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
-  const int slots = p.ring_slots;
-  const int a_items = kRankBlocks * ktiles;
-  const int items = a_items + static_cast<int>((h + kChunkCols - 1) / kChunkCols);
-  const uint16_t* a_bin = static_cast<const uint16_t*>(p.lora_a) + static_cast<int64_t>(bin) * kRank * h;
-  const uint16_t* b_bin = static_cast<const uint16_t*>(p.lora_b) + static_cast<int64_t>(bin) * h * kRank;
-  // One commit group per item (an empty one past the last), so "item i landed" is "at most
-  // issued - i - 1 groups pending".
-  int issued = 0;
-  const auto issue_next = [&]() {
-    const int i = issued++;
-    uint4* slot = ring + (i % slots) * kFusedSlotVectors;
-    if (i < a_items) {
-      const int rb = i / ktiles, t = i % ktiles;
-      const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-      if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
-        const uint16_t* src = a_bin + static_cast<int64_t>(rb) * kRankTile * h + k0;
-#pragma unroll
-        for (int r = 0; r < kRankTile; ++r) {
-          dev::cp_async16(slot + r * kShrinkThreads + tid, src + r * h, true);
-        }
-      }
-    } else if (i < items) {
-      const int64_t col0 = static_cast<int64_t>(i - a_items) * kChunkCols;
-      const int cols = static_cast<int>(min(static_cast<int64_t>(kChunkCols), h - col0));
-      const uint4* src = reinterpret_cast<const uint4*>(b_bin + col0 * kRank);
-      for (int q = tid; q < cols * kGroups; q += kShrinkThreads) {
-        dev::cp_async16(slot + grouped_expand_slot<kGroups>(q / kGroups, q % kGroups), src + q,
-                        true);
-      }
+
+  // B block q: columns [col0, col0 + cols), contiguous in B[bin] ([H][R]).
+  const int64_t block_cols = (h + kCluster - 1) / kCluster;
+  const int64_t col0 = q * block_cols;
+  const int cols = static_cast<int>(max(int64_t{0}, min(block_cols, h - col0)));
+  {
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
+                                                      (static_cast<int64_t>(bin) * h + col0) * kRank);
+    for (int v = tid; v < cols * kGroups; v += kShrinkThreads) {
+      dev::cp_async16(bstage + grouped_expand_slot<kGroups>(v / kGroups, v % kGroups), src + v,
+                      true);
     }
     dev::cp_async_commit();
-  };
-  for (int i = 0; i < slots; ++i) issue_next();
+  }
   if (tid < routes) spair[tid] = w.sorted_routes[first + tid];
 
-  // ---- shrink: rank block by rank block, parts of 4 routes (grouped_shrink_kernel's order) ----
+  // ---- shrink, rank block q (grouped_shrink_kernel's order; A through L1/L2) ----
+  const int ktiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
   const int tiles_per_split = (ktiles + p.splits - 1) / p.splits;
-  for (int rb = 0; rb < kRankBlocks; ++rb) {
-    for (int part = 0; part < routes; part += kGroupShrinkPart) {
-      const int n = min(kGroupShrinkPart, routes - part);
-      const uint16_t* xs[kGroupShrinkPart];
+  const uint16_t* a_global = static_cast<const uint16_t*>(p.lora_a) +
+                             (static_cast<int64_t>(bin) * kRank + q * kRankTile) * h;
+  for (int part = 0; part < routes; part += kGroupShrinkPart) {
+    const int n = min(kGroupShrinkPart, routes - part);
+    const uint16_t* xs[kGroupShrinkPart];
+#pragma unroll
+    for (int i = 0; i < kGroupShrinkPart; ++i) {
+      const int pair = w.sorted_routes[first + part + min(i, n - 1)];
+      xs[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
+    }
+    float total = 0.0f;  // owned by thread i * 8 + r < 32
+    for (int z = 0; z < p.splits; ++z) {
+      const int t0 = min(z * tiles_per_split, ktiles);
+      const int t1 = min((z + 1) * tiles_per_split, ktiles);
+      float acc[kGroupShrinkPart][kRankTile];
 #pragma unroll
       for (int i = 0; i < kGroupShrinkPart; ++i) {
-        const int pair = w.sorted_routes[first + part + min(i, n - 1)];
-        xs[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
+#pragma unroll
+        for (int r = 0; r < kRankTile; ++r) acc[i][r] = 0.0f;
       }
-      float total = 0.0f;  // owned by thread i * 8 + r < 32
-      for (int z = 0; z < p.splits; ++z) {
-        const int t0 = min(z * tiles_per_split, ktiles);
-        const int t1 = min((z + 1) * tiles_per_split, ktiles);
-        float acc[kGroupShrinkPart][kRankTile];
+      uint4 x_next[kGroupShrinkPart];
+      const auto fetch_x = [&](int t) {
+        const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
+        if (k0 >= h) return;
 #pragma unroll
         for (int i = 0; i < kGroupShrinkPart; ++i) {
-#pragma unroll
-          for (int r = 0; r < kRankTile; ++r) acc[i][r] = 0.0f;
+          if (i < n) x_next[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
         }
-        uint4 x_next[kGroupShrinkPart];
-        const auto fetch_x = [&](int t) {
-          const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-          if (k0 >= h) return;
+      };
+      if (t0 < t1) fetch_x(t0);
+      for (int t = t0; t < t1; ++t) {
+        const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
+        if (k0 >= h) continue;  // only in the last k tile: nothing to fetch after it
+        uint4 x_now[kGroupShrinkPart];
 #pragma unroll
-          for (int i = 0; i < kGroupShrinkPart; ++i) {
-            if (i < n) x_next[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
-          }
-        };
-        if (t0 < t1) fetch_x(t0);
-        for (int t = t0; t < t1; ++t) {
-          const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-          if (k0 >= h) continue;  // only in the last k tile: nothing to fetch after it
-          const int item = rb * ktiles + t;
-          if (part == 0) cp_async_wait_upto(issued - item - 1);
-          const uint4* staged = ring + (item % slots) * kFusedSlotVectors + tid;
-          uint4 x_now[kGroupShrinkPart];
-#pragma unroll
-          for (int i = 0; i < kGroupShrinkPart; ++i) x_now[i] = x_next[i];
-          if (t + 1 < t1) fetch_x(t + 1);
-          const auto load_x = [&](int i, float* out) { dev::unpack8<!kBf16>(x_now[i], out); };
-          const auto load_a = [&](int r, float* out) {
-            dev::unpack8<!kBf16>(staged[r * kShrinkThreads], out);
-          };
-          shrink_tile_n(n, load_x, load_a, acc);
-        }
-        add_split_sums(n, acc, red, &total);
+        for (int i = 0; i < kGroupShrinkPart; ++i) x_now[i] = x_next[i];
+        if (t + 1 < t1) fetch_x(t + 1);
+        const auto load_x = [&](int i, float* out) { dev::unpack8<!kBf16>(x_now[i], out); };
+        const auto load_a = [&](int r, float* out) { load8<kBf16>(a_global + r * h + k0, out); };
+        shrink_tile_n(n, load_x, load_a, acc);
       }
-      if (tid < n * kRankTile) {
-        const int i = tid / kRankTile, r = tid % kRankTile;
-        const uint16_t bits = narrow<kBf16>(total);
-        const int column = rb * kRankTile + r;
-        static_cast<uint16_t*>(p.shrink_out)[static_cast<int64_t>(spair[part + i]) * kRank +
-                                             column] = bits;
-        srow[part + i][column] = widen<kBf16>(bits);
-      }
+      add_split_sums(n, acc, red, &total);
     }
-    // add_split_sums ended with a barrier after every thread's last read of this rank block's
-    // slots: refill them (the next rank blocks' k tiles, then B's chunks).
-    while (issued < (rb + 1) * ktiles + slots) issue_next();
+    if (tid < n * kRankTile) {
+      const int i = tid / kRankTile, r = tid % kRankTile;
+      const uint16_t bits = narrow<kBf16>(total);
+      static_cast<uint16_t*>(p.shrink_out)[static_cast<int64_t>(spair[part + i]) * kRank +
+                                           q * kRankTile + r] = bits;
+      own_rows[part + i][r] = widen<kBf16>(bits);
+    }
   }
-  __syncthreads();  // every route's rows in srow
 
-  // ---- expand: B's column chunks, one column per thread per 128 (grouped_expand_kernel's
-  // per-route arithmetic) ----
-  for (int item = a_items; item < items; ++item) {
-    cp_async_wait_upto(issued - item - 1);
-    __syncthreads();  // every thread's copies of this chunk have landed
-    const uint4* slot = ring + (item % slots) * kFusedSlotVectors;
-    const int64_t col0 = static_cast<int64_t>(item - a_items) * kChunkCols;
-#pragma unroll 1
-    for (int m = 0; m < kColsPerThread; ++m) {
-      const int lc = tid + m * kShrinkThreads;
-      const int64_t c = col0 + lc;
-      if (c >= h) break;
-      float b[kRank];
+  // ---- exchange: every rank block's rows from the cluster's CTAs ----
+  cluster_arrive();  // own_rows written (release)
+  cluster_wait();
+  {
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    for (int v = tid; v < routes * kRank; v += kShrinkThreads) {
+      const int i = v / kRank, c = v % kRank;
+      const float* peer = cluster.map_shared_rank(&own_rows[i][c % kRankTile], c / kRankTile);
+      srow[i][c] = *peer;
+    }
+  }
+  cluster_arrive();  // done reading the peers' rows; each CTA waits before it exits
+  dev::cp_async_wait<0>();
+  __syncthreads();  // srow and the B block complete
+
+  // ---- expand, column block q (grouped_expand_kernel's per-route arithmetic) ----
+  for (int lc = tid; lc < cols; lc += kShrinkThreads) {
+    const int64_t c = col0 + lc;
+    float b[kRank];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      dev::unpack8<!kBf16>(bstage[grouped_expand_slot<kGroups>(lc, g)], b + 8 * g);
+    }
+    const auto route = [&](int i) {
+      float lanes[kGroups];
 #pragma unroll
       for (int g = 0; g < kGroups; ++g) {
-        dev::unpack8<!kBf16>(slot[grouped_expand_slot<kGroups>(lc, g)], b + 8 * g);
+        float part = 0.0f;
+#pragma unroll
+        for (int r = 8 * g; r < 8 * g + 8; ++r) part = fmaf(srow[i][r], b[r], part);
+        lanes[g] = part;
       }
-      const auto route = [&](int i) {
-        float lanes[kGroups];
-#pragma unroll
-        for (int g = 0; g < kGroups; ++g) {
-          float part = 0.0f;
-#pragma unroll
-          for (int r = 8 * g; r < 8 * g + 8; ++r) part = fmaf(srow[i][r], b[r], part);
-          lanes[g] = part;
-        }
-        p.partials[static_cast<int64_t>(spair[i]) * h + c] = dev::butterfly_lane0<kGroups>(lanes);
-      };
-      if constexpr (kRank <= 16) {
+      p.partials[static_cast<int64_t>(spair[i]) * h + c] = dev::butterfly_lane0<kGroups>(lanes);
+    };
+    if constexpr (kRank <= 16) {
 #pragma unroll 2
-        for (int i = 0; i < routes; ++i) route(i);
-      } else {
-        for (int i = 0; i < routes; ++i) route(i);
-      }
+      for (int i = 0; i < routes; ++i) route(i);
+    } else {
+      for (int i = 0; i < routes; ++i) route(i);
     }
-    __syncthreads();  // every thread is done with the slot
-    issue_next();
   }
+  cluster_wait();  // the peers have read this CTA's rows
 }
 
 }  // namespace grouped

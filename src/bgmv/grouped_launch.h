@@ -44,7 +44,6 @@ struct GroupedParams {
   /// grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows, 3 ring; 4 the fused
   /// shrink + expand (one kernel for both stages, grouped_fused.cuh)
   int stage = 0;
-  int ring_slots = 0;  ///< stage 4: 16 KB slots of its ring (>= the k tiles of H)
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
   int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
   /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the
@@ -109,26 +108,13 @@ constexpr int grouped_expand_slot(int c, int g) {
 constexpr int64_t grouped_stage_row_bytes(int64_t hidden) {
   return (hidden + kGroupShrinkTileK - 1) / kGroupShrinkTileK * kGroupShrinkTileK * 2;
 }
-/// Fused shrink + expand (stage 4): one ring slot holds one k tile of one A rank block (8 rows x
-/// 128 threads x 16 bytes) or one chunk of B columns (16 KB / (2 R) columns).
-constexpr int kGroupFusedSlotBytes = kGroupRankTile * kGroupShrinkThreads * 16;
-/// Its dynamic shared memory cap (the static part, <= 5 KB, stays under the SM90 227 KB block limit).
+/// Fused shrink + expand (stage 4): a cluster of R / 8 CTAs per tile; CTA q keeps B's column
+/// block q (ceil(H / (R / 8)) columns x R) in dynamic shared memory, 16 H bytes and a little.
+constexpr int64_t grouped_fused_smem_bytes(int64_t hidden, int rank) {
+  return (hidden + rank / kGroupRankTile - 1) / (rank / kGroupRankTile) * rank * 2;
+}
+/// Its cap: 3 CTAs per SM at H <= 4096 (the kernel's register bound allows 3), 1 up to 200 KB.
 constexpr int64_t kGroupFusedMaxSmemBytes = 200 * 1024;
-constexpr int grouped_k_tiles(int64_t hidden) {
-  return static_cast<int>((hidden + kGroupShrinkTileK - 1) / kGroupShrinkTileK);
-}
-constexpr int64_t grouped_fused_smem_bytes(int slots) {
-  return static_cast<int64_t>(slots) * kGroupFusedSlotBytes;
-}
-/// Ring slots of the fused stage for H: two rank blocks' k tiles (the next block's loads in
-/// flight while one computes), else one block's where two do not fit, else 0 (no fused stage).
-constexpr int grouped_fused_slots(int64_t hidden) {
-  return grouped_fused_smem_bytes(2 * grouped_k_tiles(hidden)) <= kGroupFusedMaxSmemBytes
-             ? 2 * grouped_k_tiles(hidden)
-             : (grouped_fused_smem_bytes(grouped_k_tiles(hidden)) <= kGroupFusedMaxSmemBytes
-                    ? grouped_k_tiles(hidden)
-                    : 0);
-}
 constexpr int kOrderBuildThreads = 1024;
 constexpr int kOrderBuildMaxPairs = 4096;
 

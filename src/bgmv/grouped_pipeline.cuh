@@ -85,22 +85,37 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
                p);
 }
 
-/// Stage 4: the fused shrink + expand (one CTA per tile), then the combine.
+/// Stage 4: the fused shrink + expand (clusters of R / 8 CTAs, one per tile), then the combine.
 template <bool kBf16, int kRank>
 void launch_fused(const GroupedParams& p, cudaStream_t stream) {
-  const int ktiles = grouped_k_tiles(p.hidden);
-  if (p.ring_slots < ktiles ||
-      grouped_fused_smem_bytes(p.ring_slots) > kGroupFusedMaxSmemBytes) {
-    throw InvalidArgument("ring_slots", "the fused grouped stage needs between " +
-                                            std::to_string(ktiles) + " and " +
-                                            std::to_string(kGroupFusedMaxSmemBytes /
-                                                           kGroupFusedSlotBytes) +
-                                            " ring slots at this H, got " +
-                                            std::to_string(p.ring_slots));
+  const size_t smem = static_cast<size_t>(grouped_fused_smem_bytes(p.hidden, kRank));
+  if (static_cast<int64_t>(smem) > kGroupFusedMaxSmemBytes) {
+    throw InvalidArgument("hidden", "the fused grouped stage keeps H / (R / 8) columns of B in "
+                                    "shared memory, at most 200 KB; H " +
+                                        std::to_string(p.hidden) + " needs " +
+                                        std::to_string(smem) + " bytes");
   }
-  launch_stage(grouped_fused_kernel<kBf16, kRank>, dim3(p.max_tiles), kShrinkThreads,
-               static_cast<size_t>(grouped_fused_smem_bytes(p.ring_slots)), p.pdl != 0, stream,
-               p);
+  const auto kernel = grouped_fused_kernel<kBf16, kRank>;
+  CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+  constexpr unsigned kCluster = kRank / kRankTile;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(p.max_tiles) * kCluster);
+  config.blockDim = dim3(kShrinkThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[2] = {};
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = kCluster;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = p.pdl != 0 ? 2 : 1;
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, p);
+  if (status != cudaSuccess) (void)cudaGetLastError();
+  CAKEMOE_CUDA_CHECK(status);
   if (p.last_stage < 3) return;
   launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, p.pdl != 0,
                stream, p);

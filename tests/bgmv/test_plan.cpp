@@ -247,19 +247,16 @@ void expect_expand_slots_permute_and_spread() {
   }
 }
 
-// The fused stage's ring: two rank blocks' k tiles where they fit in 200 KB, one block's past
-// that, none where even one does not fit.
-TEST(BgmvPlanWorkspaces, GroupedFusedRingSlots) {
-  EXPECT_EQ(grouped_k_tiles(3072), 3);
-  EXPECT_EQ(grouped_k_tiles(3073), 4);
-  EXPECT_EQ(grouped_fused_slots(768), 2);
-  EXPECT_EQ(grouped_fused_slots(2688), 6);
-  EXPECT_EQ(grouped_fused_slots(3072), 6);
-  EXPECT_EQ(grouped_fused_slots(6144), 12);
-  EXPECT_EQ(grouped_fused_slots(6152), 7);  // 14 slots would be 224 KB
-  EXPECT_EQ(grouped_fused_slots(12288), 12);
-  EXPECT_EQ(grouped_fused_slots(12296), 0);
-  EXPECT_LE(grouped_fused_smem_bytes(grouped_fused_slots(6144)), kGroupFusedMaxSmemBytes);
+// The fused stage's B block: ceil(H / (R / 8)) columns x R bf16 values, 16 H bytes and a little.
+TEST(BgmvPlanWorkspaces, GroupedFusedSharedBytes) {
+  EXPECT_EQ(grouped_fused_smem_bytes(3072, 32), 768 * 32 * 2);
+  EXPECT_EQ(grouped_fused_smem_bytes(2688, 16), 1344 * 16 * 2);
+  EXPECT_EQ(grouped_fused_smem_bytes(24, 64), 3 * 64 * 2);
+  EXPECT_EQ(grouped_fused_smem_bytes(32, 64), 4 * 64 * 2);  // ceil(32 / 8) = 4
+  EXPECT_EQ(grouped_fused_smem_bytes(40, 64), 5 * 64 * 2);
+  EXPECT_EQ(grouped_fused_smem_bytes(7176, 8), 7176 * 8 * 2);
+  EXPECT_EQ(grouped_fused_smem_bytes(736, 32), 184 * 32 * 2);
+  EXPECT_EQ(grouped_fused_smem_bytes(744, 32), 186 * 32 * 2);  // 744 / 4 = 186
 }
 
 TEST(BgmvPlanWorkspaces, GroupedExpandSharedLayout) {

@@ -130,9 +130,9 @@ TEST(BgmvGroupedGpu, RingShrinkBitwiseVsCpu) {
 }
 
 // The fused shrink + expand (stage 4, CAKEMOE_BGMV_GROUPED_STAGE=4): the same rows and y bits,
-// across part counts (k 20: > 4 routes per tile; 64 routes per bin: several tiles per bin),
-// splits (P 32 at H 4096), partial k tiles and B chunks (H 1344, 2112, 7176: 1 ring slot per
-// k tile there), ranks 8-64, both dtypes, and a ring of exactly one rank block's k tiles.
+// across cluster sizes (ranks 8-64), part counts (k 20: > 4 routes per tile; 64 routes per bin:
+// several tiles per bin), splits (P 32 at H 4096), column blocks that are not multiples of 8
+// (H 2112 at rank 64: 264; H 744 at rank 32: 186; H 40 at rank 64: 5) and both dtypes.
 TEST(BgmvGroupedGpu, FusedShrinkExpandBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
   const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "4");
@@ -140,17 +140,15 @@ TEST(BgmvGroupedGpu, FusedShrinkExpandBitwiseVsCpu) {
       {768, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
       {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
       {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
+      {744, 32, 30, 3, 2, 4, DType::kFP16, PairOrder::kTokenMajor},
       {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
+      {40, 64, 20, 2, 2, 4, DType::kBF16, PairOrder::kSlotMajor},
       {4096, 8, 16, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
       {1344, 16, 512, 2, 2, 8, DType::kFP16, PairOrder::kSlotMajor},
       {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},
       {7176, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};
-  for (const char* slots : {"0", "1"}) {  // 0: the default ring; 1: clamped to the k tiles
-    const testbed::ScopedEnv slots_env("CAKEMOE_BGMV_FUSED_SLOTS", slots);
-    SCOPED_TRACE(std::string("fused ring slots ") + slots);
-    uint64_t seed = 5300;
-    for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
-  }
+  uint64_t seed = 5300;
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
 }
 
 // The grouped expand with 1, 2 and 4 tiles per CTA (CAKEMOE_BGMV_EXPAND_TILES): the same bits.
