@@ -31,9 +31,10 @@ CAKEMOE_DEVICE void cluster_wait() {
 }
 
 /// grid (max_tiles * R / 8) x 128 in clusters of R / 8, dynamic smem
-/// grouped_fused_smem_bytes(H, R).
-template <bool kBf16, int kRank>
-__global__ void __launch_bounds__(kShrinkThreads, 3) grouped_fused_kernel(GroupedParams p) {
+/// grouped_fused_smem_bytes(H, R). kMinBlocks: CTAs per SM the register bound allows;
+/// kPrefetchA: the next k tile's A vectors are loaded before this tile's FMAs (like x's).
+template <bool kBf16, int kRank, int kMinBlocks, bool kPrefetchA>
+__global__ void __launch_bounds__(kShrinkThreads, kMinBlocks) grouped_fused_kernel(GroupedParams p) {
   extern __shared__ uint4 bstage[];  // this CTA's B block, grouped_expand_slot order
   __shared__ SplitSums red;
   __shared__ float own_rows[kGroupTileRoutes][kRankTile];  // rank block q, read by the peers
@@ -93,24 +94,42 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) grouped_fused_kernel(Groupe
         for (int r = 0; r < kRankTile; ++r) acc[i][r] = 0.0f;
       }
       uint4 x_next[kGroupShrinkPart];
-      const auto fetch_x = [&](int t) {
+      uint4 a_next[kPrefetchA ? kRankTile : 1];
+      const auto fetch = [&](int t) {
         const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
         if (k0 >= h) return;
 #pragma unroll
         for (int i = 0; i < kGroupShrinkPart; ++i) {
           if (i < n) x_next[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
         }
+        if constexpr (kPrefetchA) {
+#pragma unroll
+          for (int r = 0; r < kRankTile; ++r) {
+            a_next[r] = *reinterpret_cast<const uint4*>(a_global + r * h + k0);
+          }
+        }
       };
-      if (t0 < t1) fetch_x(t0);
+      if (t0 < t1) fetch(t0);
       for (int t = t0; t < t1; ++t) {
         const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
         if (k0 >= h) continue;  // only in the last k tile: nothing to fetch after it
         uint4 x_now[kGroupShrinkPart];
+        uint4 a_now[kPrefetchA ? kRankTile : 1];
 #pragma unroll
         for (int i = 0; i < kGroupShrinkPart; ++i) x_now[i] = x_next[i];
-        if (t + 1 < t1) fetch_x(t + 1);
+        if constexpr (kPrefetchA) {
+#pragma unroll
+          for (int r = 0; r < kRankTile; ++r) a_now[r] = a_next[r];
+        }
+        if (t + 1 < t1) fetch(t + 1);
         const auto load_x = [&](int i, float* out) { dev::unpack8<!kBf16>(x_now[i], out); };
-        const auto load_a = [&](int r, float* out) { load8<kBf16>(a_global + r * h + k0, out); };
+        const auto load_a = [&](int r, float* out) {
+          if constexpr (kPrefetchA) {
+            dev::unpack8<!kBf16>(a_now[r], out);
+          } else {
+            load8<kBf16>(a_global + r * h + k0, out);
+          }
+        };
         shrink_tile_n(n, load_x, load_a, acc);
       }
       add_split_sums(n, acc, red, &total);

@@ -86,8 +86,8 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
 }
 
 /// Stage 4: the fused shrink + expand (clusters of R / 8 CTAs, one per tile), then the combine.
-template <bool kBf16, int kRank>
-void launch_fused(const GroupedParams& p, cudaStream_t stream) {
+template <bool kBf16, int kRank, int kMinBlocks, bool kPrefetchA>
+void launch_fused_form(const GroupedParams& p, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(grouped_fused_smem_bytes(p.hidden, kRank));
   if (static_cast<int64_t>(smem) > kGroupFusedMaxSmemBytes) {
     throw InvalidArgument("hidden", "the fused grouped stage keeps H / (R / 8) columns of B in "
@@ -95,7 +95,7 @@ void launch_fused(const GroupedParams& p, cudaStream_t stream) {
                                         std::to_string(p.hidden) + " needs " +
                                         std::to_string(smem) + " bytes");
   }
-  const auto kernel = grouped_fused_kernel<kBf16, kRank>;
+  const auto kernel = grouped_fused_kernel<kBf16, kRank, kMinBlocks, kPrefetchA>;
   CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
   constexpr unsigned kCluster = kRank / kRankTile;
@@ -119,6 +119,25 @@ void launch_fused(const GroupedParams& p, cudaStream_t stream) {
   if (p.last_stage < 3) return;
   launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, p.pdl != 0,
                stream, p);
+}
+
+/// p.fused_form (A/B runs): bit 0 the A prefetch, bit 1 4 CTAs per SM instead of 3.
+template <bool kBf16, int kRank>
+void launch_fused(const GroupedParams& p, cudaStream_t stream) {
+  switch (p.fused_form) {
+    case 1:
+      launch_fused_form<kBf16, kRank, 3, true>(p, stream);
+      break;
+    case 2:
+      launch_fused_form<kBf16, kRank, 4, false>(p, stream);
+      break;
+    case 3:
+      launch_fused_form<kBf16, kRank, 4, true>(p, stream);
+      break;
+    default:
+      launch_fused_form<kBf16, kRank, 3, false>(p, stream);
+      break;
+  }
 }
 
 template <bool kBf16>
