@@ -148,9 +148,9 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.max_tiles = static_cast<int>(gw.max_tiles);
   g.fused_index = geo.fused_index ? 1 : 0;
   g.stage = geo.stage;
-  {  // CAKEMOE_BGMV_FUSED_FORM=0..3: the fused stage's form (A/B runs; the bits do not depend on it)
+  {  // CAKEMOE_BGMV_FUSED_FORM=0..4: the fused stage's form (A/B runs; the bits do not depend on it)
     const char* env = std::getenv("CAKEMOE_BGMV_FUSED_FORM");
-    g.fused_form = env != nullptr && env[0] >= '0' && env[0] <= '3' && env[1] == '\0' ? env[0] - '0' : 0;
+    g.fused_form = env != nullptr && env[0] >= '0' && env[0] <= '4' && env[1] == '\0' ? env[0] - '0' : 0;
   }
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);

@@ -30,12 +30,36 @@ CAKEMOE_DEVICE void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
+/// Forms of the fused kernel (A/B runs, CAKEMOE_BGMV_FUSED_FORM; the bits do not depend on it):
+/// 0 A through L1/L2 (plain loads at use), B copied first; 1 the same with the next k tile's A
+/// loaded before this tile's FMAs; 2 A's 8 x H block copied into shared memory (cp.async, one
+/// group per k tile, the stage-1 layout), then B behind it; 3 A staged, B copied over A's
+/// block once the shrink is done (half the shared memory); 4 form 3 at 4 CTAs per SM (<= 128
+/// registers).
+template <int kForm>
+struct FusedForm {
+  static constexpr bool kPrefetchA = kForm == 1;
+  static constexpr bool kStageA = kForm >= 2;
+  static constexpr bool kBAfter = kForm >= 3;
+  static constexpr int kMinBlocks = kForm == 2 ? 2 : (kForm == 4 ? 4 : 3);
+};
+
+/// Dynamic shared memory of form kForm: A's staged block and / or the B block.
+template <int kForm>
+CAKEMOE_HD int64_t fused_form_smem_bytes(int64_t hidden, int rank) {
+  const int64_t b = grouped_fused_smem_bytes(hidden, rank);
+  if (!FusedForm<kForm>::kStageA) return b;
+  const int64_t a = kRankTile * grouped_stage_row_bytes(hidden);
+  return FusedForm<kForm>::kBAfter ? (a > b ? a : b) : a + b;
+}
+
 /// grid (max_tiles * R / 8) x 128 in clusters of R / 8, dynamic smem
-/// grouped_fused_smem_bytes(H, R). kMinBlocks: CTAs per SM the register bound allows;
-/// kPrefetchA: the next k tile's A vectors are loaded before this tile's FMAs (like x's).
-template <bool kBf16, int kRank, int kMinBlocks, bool kPrefetchA>
-__global__ void __launch_bounds__(kShrinkThreads, kMinBlocks) grouped_fused_kernel(GroupedParams p) {
-  extern __shared__ uint4 bstage[];  // this CTA's B block, grouped_expand_slot order
+/// fused_form_smem_bytes<kForm>(H, R).
+template <bool kBf16, int kRank, int kForm>
+__global__ void __launch_bounds__(kShrinkThreads, FusedForm<kForm>::kMinBlocks)
+    grouped_fused_kernel(GroupedParams p) {
+  using Form = FusedForm<kForm>;
+  extern __shared__ uint4 dyn[];
   __shared__ SplitSums red;
   __shared__ float own_rows[kGroupTileRoutes][kRankTile];  // rank block q, read by the peers
   __shared__ float srow[kGroupTileRoutes][kRank];
@@ -54,12 +78,31 @@ __global__ void __launch_bounds__(kShrinkThreads, kMinBlocks) grouped_fused_kern
   const int first = info.x, routes = info.y, bin = info.z;
   const int tid = threadIdx.x;
   const int64_t h = p.hidden;
+  const int ktiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
+  const uint16_t* a_global = static_cast<const uint16_t*>(p.lora_a) +
+                             (static_cast<int64_t>(bin) * kRank + q * kRankTile) * h;
+  // Staged A vector (row r, k tile t) of this thread: astage[(t * 8 + r) * 128 + tid].
+  uint4* astage = dyn;
+  if constexpr (Form::kStageA) {
+    for (int t = 0; t < ktiles; ++t) {
+      const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
+      if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
+#pragma unroll
+        for (int r = 0; r < kRankTile; ++r) {
+          dev::cp_async16(astage + (t * kRankTile + r) * kShrinkThreads + tid, a_global + r * h + k0,
+                          true);
+        }
+      }
+      dev::cp_async_commit();
+    }
+  }
+  uint4* bstage = Form::kStageA && !Form::kBAfter ? dyn + ktiles * kRankTile * kShrinkThreads : dyn;
 
   // B block q: columns [col0, col0 + cols), contiguous in B[bin] ([H][R]).
   const int64_t block_cols = (h + kCluster - 1) / kCluster;
   const int64_t col0 = q * block_cols;
   const int cols = static_cast<int>(max(int64_t{0}, min(block_cols, h - col0)));
-  {
+  const auto copy_b = [&]() {
     const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
                                                       (static_cast<int64_t>(bin) * h + col0) * kRank);
     for (int v = tid; v < cols * kGroups; v += kShrinkThreads) {
@@ -67,14 +110,12 @@ __global__ void __launch_bounds__(kShrinkThreads, kMinBlocks) grouped_fused_kern
                       true);
     }
     dev::cp_async_commit();
-  }
+  };
+  if constexpr (!Form::kBAfter) copy_b();
   if (tid < routes) spair[tid] = w.sorted_routes[first + tid];
 
-  // ---- shrink, rank block q (grouped_shrink_kernel's order; A through L1/L2) ----
-  const int ktiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
+  // ---- shrink, rank block q (grouped_shrink_kernel's order) ----
   const int tiles_per_split = (ktiles + p.splits - 1) / p.splits;
-  const uint16_t* a_global = static_cast<const uint16_t*>(p.lora_a) +
-                             (static_cast<int64_t>(bin) * kRank + q * kRankTile) * h;
   for (int part = 0; part < routes; part += kGroupShrinkPart) {
     const int n = min(kGroupShrinkPart, routes - part);
     const uint16_t* xs[kGroupShrinkPart];
@@ -94,7 +135,7 @@ __global__ void __launch_bounds__(kShrinkThreads, kMinBlocks) grouped_fused_kern
         for (int r = 0; r < kRankTile; ++r) acc[i][r] = 0.0f;
       }
       uint4 x_next[kGroupShrinkPart];
-      uint4 a_next[kPrefetchA ? kRankTile : 1];
+      uint4 a_next[Form::kPrefetchA ? kRankTile : 1];
       const auto fetch = [&](int t) {
         const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
         if (k0 >= h) return;
@@ -102,7 +143,7 @@ __global__ void __launch_bounds__(kShrinkThreads, kMinBlocks) grouped_fused_kern
         for (int i = 0; i < kGroupShrinkPart; ++i) {
           if (i < n) x_next[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
         }
-        if constexpr (kPrefetchA) {
+        if constexpr (Form::kPrefetchA) {
 #pragma unroll
           for (int r = 0; r < kRankTile; ++r) {
             a_next[r] = *reinterpret_cast<const uint4*>(a_global + r * h + k0);
@@ -113,19 +154,25 @@ __global__ void __launch_bounds__(kShrinkThreads, kMinBlocks) grouped_fused_kern
       for (int t = t0; t < t1; ++t) {
         const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
         if (k0 >= h) continue;  // only in the last k tile: nothing to fetch after it
+        if constexpr (Form::kStageA) {
+          // this tile's group landed (later groups: A's later tiles, then B unless it comes after)
+          if (part == 0) cp_async_wait_upto(ktiles - 1 - t + (Form::kBAfter ? 0 : 1));
+        }
         uint4 x_now[kGroupShrinkPart];
-        uint4 a_now[kPrefetchA ? kRankTile : 1];
+        uint4 a_now[Form::kPrefetchA ? kRankTile : 1];
 #pragma unroll
         for (int i = 0; i < kGroupShrinkPart; ++i) x_now[i] = x_next[i];
-        if constexpr (kPrefetchA) {
+        if constexpr (Form::kPrefetchA) {
 #pragma unroll
           for (int r = 0; r < kRankTile; ++r) a_now[r] = a_next[r];
         }
         if (t + 1 < t1) fetch(t + 1);
         const auto load_x = [&](int i, float* out) { dev::unpack8<!kBf16>(x_now[i], out); };
         const auto load_a = [&](int r, float* out) {
-          if constexpr (kPrefetchA) {
+          if constexpr (Form::kPrefetchA) {
             dev::unpack8<!kBf16>(a_now[r], out);
+          } else if constexpr (Form::kStageA) {
+            dev::unpack8<!kBf16>(astage[(t * kRankTile + r) * kShrinkThreads + tid], out);
           } else {
             load8<kBf16>(a_global + r * h + k0, out);
           }
@@ -143,6 +190,8 @@ __global__ void __launch_bounds__(kShrinkThreads, kMinBlocks) grouped_fused_kern
     }
   }
 
+  // add_split_sums ended with a barrier after every thread's last read of A's staged block
+  if constexpr (Form::kBAfter) copy_b();
   // ---- exchange: every rank block's rows from the cluster's CTAs ----
   cluster_arrive();  // own_rows written (release)
   cluster_wait();
@@ -155,7 +204,9 @@ __global__ void __launch_bounds__(kShrinkThreads, kMinBlocks) grouped_fused_kern
       srow[i][c] = *peer;
     }
   }
-  cluster_arrive();  // done reading the peers' rows; each CTA waits before it exits
+  // Done reading the peers' rows (their values are in srow already: relaxed is enough); each
+  // CTA waits for this before it exits.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
   dev::cp_async_wait<0>();
   __syncthreads();  // srow and the B block complete
 

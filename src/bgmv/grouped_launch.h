@@ -44,7 +44,7 @@ struct GroupedParams {
   /// grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows, 3 ring; 4 the fused
   /// shrink + expand (one kernel for both stages, grouped_fused.cuh)
   int stage = 0;
-  int fused_form = 0;  ///< stage 4 (A/B runs): bit 0 A prefetch, bit 1 4 CTAs per SM
+  int fused_form = 0;  ///< stage 4 (A/B runs): grouped_fused.cuh's FusedForm 0..3
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
   int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
   /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the

@@ -86,16 +86,16 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
 }
 
 /// Stage 4: the fused shrink + expand (clusters of R / 8 CTAs, one per tile), then the combine.
-template <bool kBf16, int kRank, int kMinBlocks, bool kPrefetchA>
+template <bool kBf16, int kRank, int kForm>
 void launch_fused_form(const GroupedParams& p, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(grouped_fused_smem_bytes(p.hidden, kRank));
+  const size_t smem = static_cast<size_t>(fused_form_smem_bytes<kForm>(p.hidden, kRank));
   if (static_cast<int64_t>(smem) > kGroupFusedMaxSmemBytes) {
     throw InvalidArgument("hidden", "the fused grouped stage keeps H / (R / 8) columns of B in "
                                     "shared memory, at most 200 KB; H " +
                                         std::to_string(p.hidden) + " needs " +
                                         std::to_string(smem) + " bytes");
   }
-  const auto kernel = grouped_fused_kernel<kBf16, kRank, kMinBlocks, kPrefetchA>;
+  const auto kernel = grouped_fused_kernel<kBf16, kRank, kForm>;
   CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
   constexpr unsigned kCluster = kRank / kRankTile;
@@ -121,21 +121,24 @@ void launch_fused_form(const GroupedParams& p, cudaStream_t stream) {
                stream, p);
 }
 
-/// p.fused_form (A/B runs): bit 0 the A prefetch, bit 1 4 CTAs per SM instead of 3.
+/// p.fused_form (A/B runs): FusedForm<0..4>.
 template <bool kBf16, int kRank>
 void launch_fused(const GroupedParams& p, cudaStream_t stream) {
   switch (p.fused_form) {
     case 1:
-      launch_fused_form<kBf16, kRank, 3, true>(p, stream);
+      launch_fused_form<kBf16, kRank, 1>(p, stream);
       break;
     case 2:
-      launch_fused_form<kBf16, kRank, 4, false>(p, stream);
+      launch_fused_form<kBf16, kRank, 2>(p, stream);
       break;
     case 3:
-      launch_fused_form<kBf16, kRank, 4, true>(p, stream);
+      launch_fused_form<kBf16, kRank, 3>(p, stream);
+      break;
+    case 4:
+      launch_fused_form<kBf16, kRank, 4>(p, stream);
       break;
     default:
-      launch_fused_form<kBf16, kRank, 3, false>(p, stream);
+      launch_fused_form<kBf16, kRank, 0>(p, stream);
       break;
   }
 }
