@@ -90,7 +90,8 @@ void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
 // CAKEMOE_BGMV_GROUPED_STAGE=0|1|2|3|4 replaces the grouped shrink's form (A/B runs of the
 // benchmark; the bits do not depend on it). 1 and 2 are capped at the largest staging that fits
 // H (their shared memory grows with it); 3, the ring, fits every H; 4, the fused shrink + expand,
-// is ignored where its B block passes kGroupFusedMaxSmemBytes.
+// is ignored where its staging passes kGroupFusedMaxSmemBytes. A forced 0-3 where the default
+// is 4 caps at the two-kernel form's own choice.
 int grouped_stage_from_env(int chosen, int64_t num_pairs, int64_t hidden, int64_t rank) {
   const char* env = std::getenv("CAKEMOE_BGMV_GROUPED_STAGE");
   if (env == nullptr || env[0] < '0' || env[0] > '4' || env[1] != '\0') return chosen;
@@ -117,7 +118,13 @@ int grouped_expand_tiles_from_env(int chosen) {
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
   GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
-                                         s.num_loras * s.num_experts);
+                                         s.num_loras * s.num_experts, s.rank);
+  // NOTE: the fused stage launches clusters (SM90 and later).
+  if (geo.stage == 4 && arch != Arch::kSm90a && !is_blackwell(arch)) {
+    geo.stage = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
+                                 s.num_loras * s.num_experts)
+                    .stage;
+  }
   geo.stage = grouped_stage_from_env(geo.stage, s.num_pairs, s.hidden, s.rank);
   const GroupedWorkspace gw =
       grouped_workspace(s.num_pairs, s.num_tokens, s.num_loras, s.num_experts, s.hidden);
@@ -148,10 +155,6 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.max_tiles = static_cast<int>(gw.max_tiles);
   g.fused_index = geo.fused_index ? 1 : 0;
   g.stage = geo.stage;
-  {  // CAKEMOE_BGMV_FUSED_FORM=0..4: the fused stage's form (A/B runs; the bits do not depend on it)
-    const char* env = std::getenv("CAKEMOE_BGMV_FUSED_FORM");
-    g.fused_form = env != nullptr && env[0] >= '0' && env[0] <= '4' && env[1] == '\0' ? env[0] - '0' : 0;
-  }
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.last_stage = impl.grouped_last_stage;

@@ -1,14 +1,19 @@
 // Fused grouped shrink + expand (stage 4; spec bgmv §5, docs/decisions/bgmv-gpu-runtime.md): a
 // cluster of C = R / 8 CTAs per tile (<= 16 routes of one bin). CTA q of the cluster computes the
-// tile's shrink rows for rank block q, the cluster exchanges them through distributed shared
-// memory, and CTA q then computes the tile's per-route partials for column block q (H / C
-// columns). Its B block (H / C columns x R, contiguous) is copied into shared memory right at
-// the start, so those loads are in flight during the shrink; the rows never go to HBM and back
-// (no tile_rows) and there is no grid boundary between the two stages.
+// tile's shrink rows for rank block q from A's 8 x H block staged in shared memory, the cluster
+// exchanges the rows through distributed shared memory, and CTA q then computes the tile's
+// per-route partials for column block q (ceil(H / C) columns), whose B block it copies over the
+// staged A block. The rows never go to HBM and back (no tile_rows) and there is no grid boundary
+// between the two stages: a cluster's B copies overlap its exchange and other CTAs' shrinks.
 //
 // Same arithmetic as grouped_shrink_kernel (parts of 4 routes, per-thread k-tile order, warp
 // reduce-scatter, splits) and grouped_expand_kernel (per-group FMA chains, butterfly lane 0):
 // the shrink rows and the partials are bitwise equal, so the combine's y is too.
+//
+// H200 (bench/NOTES.md, session 5): 4-8 % faster than the two-kernel form at ranks 16 and 64,
+// 0-5 % slower at rank 32. Measured and dropped: one CTA per tile (1.2-1.75x slower: 1.3 waves of
+// 392 KB tiles, serial within a CTA); A read at use through L1/L2 (1.08x); A staged with B
+// copied first (2 CTAs per SM, 1.04x); the same at 3 CTAs per SM (1.0x).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -23,43 +28,23 @@ namespace grouped {
 
 /// Cluster barrier halves (PTX barrier.cluster): arrive with release semantics, wait with
 /// acquire, so shared-memory writes before the arrive are visible to peers after their wait.
-CAKEMOE_DEVICE void cluster_arrive() {
+CAKEMOE_DEVICE void cluster_arrive_release() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+/// Arrive without ordering: for "done reading", when the values read are already in registers.
+CAKEMOE_DEVICE void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
 CAKEMOE_DEVICE void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
-/// Forms of the fused kernel (A/B runs, CAKEMOE_BGMV_FUSED_FORM; the bits do not depend on it):
-/// 0 A through L1/L2 (plain loads at use), B copied first; 1 the same with the next k tile's A
-/// loaded before this tile's FMAs; 2 A's 8 x H block copied into shared memory (cp.async, one
-/// group per k tile, the stage-1 layout), then B behind it; 3 A staged, B copied over A's
-/// block once the shrink is done (half the shared memory); 4 form 3 at 4 CTAs per SM (<= 128
-/// registers).
-template <int kForm>
-struct FusedForm {
-  static constexpr bool kPrefetchA = kForm == 1;
-  static constexpr bool kStageA = kForm >= 2;
-  static constexpr bool kBAfter = kForm >= 3;
-  static constexpr int kMinBlocks = kForm == 2 ? 2 : (kForm == 4 ? 4 : 3);
-};
-
-/// Dynamic shared memory of form kForm: A's staged block and / or the B block.
-template <int kForm>
-CAKEMOE_HD int64_t fused_form_smem_bytes(int64_t hidden, int rank) {
-  const int64_t b = grouped_fused_smem_bytes(hidden, rank);
-  if (!FusedForm<kForm>::kStageA) return b;
-  const int64_t a = kRankTile * grouped_stage_row_bytes(hidden);
-  return FusedForm<kForm>::kBAfter ? (a > b ? a : b) : a + b;
-}
-
 /// grid (max_tiles * R / 8) x 128 in clusters of R / 8, dynamic smem
-/// fused_form_smem_bytes<kForm>(H, R).
-template <bool kBf16, int kRank, int kForm>
-__global__ void __launch_bounds__(kShrinkThreads, FusedForm<kForm>::kMinBlocks)
-    grouped_fused_kernel(GroupedParams p) {
-  using Form = FusedForm<kForm>;
-  extern __shared__ uint4 dyn[];
+/// grouped_fused_smem_bytes(H, R).
+template <bool kBf16, int kRank>
+// NOTE: 4 CTAs per SM (shared memory allows 4 at H <= 4096); ptxas fits 125-126 registers.
+__global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(GroupedParams p) {
+  extern __shared__ uint4 stage[];  // A's block during the shrink, then B's
   __shared__ SplitSums red;
   __shared__ float own_rows[kGroupTileRoutes][kRankTile];  // rank block q, read by the peers
   __shared__ float srow[kGroupTileRoutes][kRank];
@@ -79,39 +64,22 @@ __global__ void __launch_bounds__(kShrinkThreads, FusedForm<kForm>::kMinBlocks)
   const int tid = threadIdx.x;
   const int64_t h = p.hidden;
   const int ktiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
+
+  // A's rank block q, thread-private (grouped_shrink_kernel's stage-1 layout): vector (row r,
+  // k tile t) of this thread at stage[(t * 8 + r) * 128 + tid], one cp.async group per k tile.
   const uint16_t* a_global = static_cast<const uint16_t*>(p.lora_a) +
                              (static_cast<int64_t>(bin) * kRank + q * kRankTile) * h;
-  // Staged A vector (row r, k tile t) of this thread: astage[(t * 8 + r) * 128 + tid].
-  uint4* astage = dyn;
-  if constexpr (Form::kStageA) {
-    for (int t = 0; t < ktiles; ++t) {
-      const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-      if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
+  for (int t = 0; t < ktiles; ++t) {
+    const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
+    if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
 #pragma unroll
-        for (int r = 0; r < kRankTile; ++r) {
-          dev::cp_async16(astage + (t * kRankTile + r) * kShrinkThreads + tid, a_global + r * h + k0,
-                          true);
-        }
+      for (int r = 0; r < kRankTile; ++r) {
+        dev::cp_async16(stage + (t * kRankTile + r) * kShrinkThreads + tid, a_global + r * h + k0,
+                        true);
       }
-      dev::cp_async_commit();
-    }
-  }
-  uint4* bstage = Form::kStageA && !Form::kBAfter ? dyn + ktiles * kRankTile * kShrinkThreads : dyn;
-
-  // B block q: columns [col0, col0 + cols), contiguous in B[bin] ([H][R]).
-  const int64_t block_cols = (h + kCluster - 1) / kCluster;
-  const int64_t col0 = q * block_cols;
-  const int cols = static_cast<int>(max(int64_t{0}, min(block_cols, h - col0)));
-  const auto copy_b = [&]() {
-    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
-                                                      (static_cast<int64_t>(bin) * h + col0) * kRank);
-    for (int v = tid; v < cols * kGroups; v += kShrinkThreads) {
-      dev::cp_async16(bstage + grouped_expand_slot<kGroups>(v / kGroups, v % kGroups), src + v,
-                      true);
     }
     dev::cp_async_commit();
-  };
-  if constexpr (!Form::kBAfter) copy_b();
+  }
   if (tid < routes) spair[tid] = w.sorted_routes[first + tid];
 
   // ---- shrink, rank block q (grouped_shrink_kernel's order) ----
@@ -134,48 +102,28 @@ __global__ void __launch_bounds__(kShrinkThreads, FusedForm<kForm>::kMinBlocks)
 #pragma unroll
         for (int r = 0; r < kRankTile; ++r) acc[i][r] = 0.0f;
       }
+      // x's next k tile is loaded before this tile's FMAs.
       uint4 x_next[kGroupShrinkPart];
-      uint4 a_next[Form::kPrefetchA ? kRankTile : 1];
-      const auto fetch = [&](int t) {
+      const auto fetch_x = [&](int t) {
         const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
         if (k0 >= h) return;
 #pragma unroll
         for (int i = 0; i < kGroupShrinkPart; ++i) {
           if (i < n) x_next[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
         }
-        if constexpr (Form::kPrefetchA) {
-#pragma unroll
-          for (int r = 0; r < kRankTile; ++r) {
-            a_next[r] = *reinterpret_cast<const uint4*>(a_global + r * h + k0);
-          }
-        }
       };
-      if (t0 < t1) fetch(t0);
+      if (t0 < t1) fetch_x(t0);
       for (int t = t0; t < t1; ++t) {
         const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
         if (k0 >= h) continue;  // only in the last k tile: nothing to fetch after it
-        if constexpr (Form::kStageA) {
-          // this tile's group landed (later groups: A's later tiles, then B unless it comes after)
-          if (part == 0) cp_async_wait_upto(ktiles - 1 - t + (Form::kBAfter ? 0 : 1));
-        }
+        if (part == 0) cp_async_wait_upto(ktiles - 1 - t);  // this k tile's A landed
         uint4 x_now[kGroupShrinkPart];
-        uint4 a_now[Form::kPrefetchA ? kRankTile : 1];
 #pragma unroll
         for (int i = 0; i < kGroupShrinkPart; ++i) x_now[i] = x_next[i];
-        if constexpr (Form::kPrefetchA) {
-#pragma unroll
-          for (int r = 0; r < kRankTile; ++r) a_now[r] = a_next[r];
-        }
-        if (t + 1 < t1) fetch(t + 1);
+        if (t + 1 < t1) fetch_x(t + 1);
         const auto load_x = [&](int i, float* out) { dev::unpack8<!kBf16>(x_now[i], out); };
         const auto load_a = [&](int r, float* out) {
-          if constexpr (Form::kPrefetchA) {
-            dev::unpack8<!kBf16>(a_now[r], out);
-          } else if constexpr (Form::kStageA) {
-            dev::unpack8<!kBf16>(astage[(t * kRankTile + r) * kShrinkThreads + tid], out);
-          } else {
-            load8<kBf16>(a_global + r * h + k0, out);
-          }
+          dev::unpack8<!kBf16>(stage[(t * kRankTile + r) * kShrinkThreads + tid], out);
         };
         shrink_tile_n(n, load_x, load_a, acc);
       }
@@ -190,23 +138,33 @@ __global__ void __launch_bounds__(kShrinkThreads, FusedForm<kForm>::kMinBlocks)
     }
   }
 
-  // add_split_sums ended with a barrier after every thread's last read of A's staged block
-  if constexpr (Form::kBAfter) copy_b();
+  // B block q: columns [col0, col0 + cols), contiguous in B[bin] ([H][R]), over A's block
+  // (add_split_sums ended with a barrier after every thread's last read of it).
+  const int64_t block_cols = (h + kCluster - 1) / kCluster;
+  const int64_t col0 = q * block_cols;
+  const int cols = static_cast<int>(max(int64_t{0}, min(block_cols, h - col0)));
+  {
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
+                                                      (static_cast<int64_t>(bin) * h + col0) * kRank);
+    for (int v = tid; v < cols * kGroups; v += kShrinkThreads) {
+      dev::cp_async16(stage + grouped_expand_slot<kGroups>(v / kGroups, v % kGroups), src + v,
+                      true);
+    }
+    dev::cp_async_commit();
+  }
+
   // ---- exchange: every rank block's rows from the cluster's CTAs ----
-  cluster_arrive();  // own_rows written (release)
+  cluster_arrive_release();  // own_rows written
   cluster_wait();
   {
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
     for (int v = tid; v < routes * kRank; v += kShrinkThreads) {
       const int i = v / kRank, c = v % kRank;
-      const float* peer = cluster.map_shared_rank(&own_rows[i][c % kRankTile], c / kRankTile);
-      srow[i][c] = *peer;
+      srow[i][c] = *cluster.map_shared_rank(&own_rows[i][c % kRankTile], c / kRankTile);
     }
   }
-  // Done reading the peers' rows (their values are in srow already: relaxed is enough); each
-  // CTA waits for this before it exits.
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  cluster_arrive_relaxed();  // done reading the peers' rows; every CTA waits before it exits
   dev::cp_async_wait<0>();
   __syncthreads();  // srow and the B block complete
 
@@ -216,7 +174,7 @@ __global__ void __launch_bounds__(kShrinkThreads, FusedForm<kForm>::kMinBlocks)
     float b[kRank];
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
-      dev::unpack8<!kBf16>(bstage[grouped_expand_slot<kGroups>(lc, g)], b + 8 * g);
+      dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc, g)], b + 8 * g);
     }
     const auto route = [&](int i) {
       float lanes[kGroups];

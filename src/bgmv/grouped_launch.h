@@ -44,7 +44,6 @@ struct GroupedParams {
   /// grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows, 3 ring; 4 the fused
   /// shrink + expand (one kernel for both stages, grouped_fused.cuh)
   int stage = 0;
-  int fused_form = 0;  ///< stage 4 (A/B runs): grouped_fused.cuh's FusedForm 0..3
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
   int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
   /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the
@@ -109,12 +108,15 @@ constexpr int grouped_expand_slot(int c, int g) {
 constexpr int64_t grouped_stage_row_bytes(int64_t hidden) {
   return (hidden + kGroupShrinkTileK - 1) / kGroupShrinkTileK * kGroupShrinkTileK * 2;
 }
-/// Fused shrink + expand (stage 4): a cluster of R / 8 CTAs per tile; CTA q keeps B's column
-/// block q (ceil(H / (R / 8)) columns x R) in dynamic shared memory, 16 H bytes and a little.
+/// Fused shrink + expand (stage 4, grouped_fused.cuh): a cluster of R / 8 CTAs per tile; CTA q
+/// stages A's rank block q (8 rows of whole k tiles) in dynamic shared memory, then B's column
+/// block q (ceil(H / (R / 8)) columns x R) over it.
 constexpr int64_t grouped_fused_smem_bytes(int64_t hidden, int rank) {
-  return (hidden + rank / kGroupRankTile - 1) / (rank / kGroupRankTile) * rank * 2;
+  const int64_t a = kGroupRankTile * grouped_stage_row_bytes(hidden);
+  const int64_t b = (hidden + rank / kGroupRankTile - 1) / (rank / kGroupRankTile) * rank * 2;
+  return a > b ? a : b;
 }
-/// Its cap: 3 CTAs per SM at H <= 4096 (the kernel's register bound allows 3), 1 up to 200 KB.
+/// Its cap (the static part, <= 5 KB, stays under the SM90 227 KB block limit).
 constexpr int64_t kGroupFusedMaxSmemBytes = 200 * 1024;
 constexpr int kOrderBuildThreads = 1024;
 constexpr int kOrderBuildMaxPairs = 4096;

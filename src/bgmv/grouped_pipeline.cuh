@@ -86,16 +86,16 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
 }
 
 /// Stage 4: the fused shrink + expand (clusters of R / 8 CTAs, one per tile), then the combine.
-template <bool kBf16, int kRank, int kForm>
-void launch_fused_form(const GroupedParams& p, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(fused_form_smem_bytes<kForm>(p.hidden, kRank));
+template <bool kBf16, int kRank>
+void launch_fused(const GroupedParams& p, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(grouped_fused_smem_bytes(p.hidden, kRank));
   if (static_cast<int64_t>(smem) > kGroupFusedMaxSmemBytes) {
-    throw InvalidArgument("hidden", "the fused grouped stage keeps H / (R / 8) columns of B in "
-                                    "shared memory, at most 200 KB; H " +
+    throw InvalidArgument("hidden", "the fused grouped stage stages A's 8 x H block and B's "
+                                    "H / (R / 8) columns in at most 200 KB of shared memory; H " +
                                         std::to_string(p.hidden) + " needs " +
                                         std::to_string(smem) + " bytes");
   }
-  const auto kernel = grouped_fused_kernel<kBf16, kRank, kForm>;
+  const auto kernel = grouped_fused_kernel<kBf16, kRank>;
   CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
   constexpr unsigned kCluster = kRank / kRankTile;
@@ -119,28 +119,6 @@ void launch_fused_form(const GroupedParams& p, cudaStream_t stream) {
   if (p.last_stage < 3) return;
   launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, p.pdl != 0,
                stream, p);
-}
-
-/// p.fused_form (A/B runs): FusedForm<0..4>.
-template <bool kBf16, int kRank>
-void launch_fused(const GroupedParams& p, cudaStream_t stream) {
-  switch (p.fused_form) {
-    case 1:
-      launch_fused_form<kBf16, kRank, 1>(p, stream);
-      break;
-    case 2:
-      launch_fused_form<kBf16, kRank, 2>(p, stream);
-      break;
-    case 3:
-      launch_fused_form<kBf16, kRank, 3>(p, stream);
-      break;
-    case 4:
-      launch_fused_form<kBf16, kRank, 4>(p, stream);
-      break;
-    default:
-      launch_fused_form<kBf16, kRank, 0>(p, stream);
-      break;
-  }
 }
 
 template <bool kBf16>

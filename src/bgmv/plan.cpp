@@ -51,6 +51,8 @@ constexpr int64_t kGroupStageAMaxBytes = 112 * 1024;  // A alone: H <= 7168
 // the first part's x (bench/results/2026-11-29_*_bgmv-grouped-stage.md: 2-5 % at k 6 / 8, T >= 1024;
 // A and x win by 1-3 % at 2-4 routes per bin).
 constexpr int64_t kGroupStageAMinRoutesPerBin = 6;
+// The fused stage by default only where 4 CTAs fit per SM (bench/NOTES.md, session 5).
+constexpr int64_t kGroupFusedDefaultMaxBytes = 48 * 1024;
 constexpr int64_t kGroupAlignPadWords = 3;            // tile_info starts 16-byte aligned
 constexpr int64_t kGroupTileRowWords = 64 / 2;         // tile_rows: rank <= 64 16-bit values
 
@@ -320,7 +322,7 @@ RouteIndexLayout route_index_layout(int64_t num_tokens) {
 }
 
 GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override,
-                                 int64_t bins) {
+                                 int64_t bins, int64_t rank) {
   GroupedGeometry g;
   // NOTE: the one-CTA index's shared memory (2 bins + 1 + P + T ints, T counted up to 16384) is
   // at most 164 KB for bins <= 4096 and P <= 16384, so only P limits it.
@@ -337,6 +339,10 @@ GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_ov
     g.stage = 2;
   } else if (kRankTile * row_bytes <= kGroupStageAMaxBytes) {
     g.stage = 1;
+  }
+  if ((rank == 16 || rank == 64) &&
+      grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedDefaultMaxBytes) {
+    g.stage = 4;
   }
   return g;
 }

@@ -115,7 +115,8 @@ RouteIndexLayout route_index_layout(int64_t num_tokens);
 
 /// How the grouped pipeline runs on the GPU (cakemoe's choice, docs/decisions/bgmv-gpu-runtime.md):
 /// the one-CTA index (P <= 16384) or hist -> scan -> scatter, and what the grouped shrink stages
-/// in shared memory (0 nothing, 1 A's 8 x H block, 2 A and the first part's x rows).
+/// in shared memory (0 nothing, 1 A's 8 x H block, 2 A and the first part's x rows), or 4: the
+/// fused shrink + expand (clusters; the runtime falls back to the two-kernel choice before SM90).
 struct GroupedGeometry {
   bool fused_index = false;
   int stage = 0;
@@ -124,8 +125,10 @@ struct GroupedGeometry {
 /// -1 picks. InvalidArgument("grouped_index") when the one-CTA index is forced past 16384 pairs.
 /// `bins` (L * E; 0 = unknown) picks the staging form where both fit: A alone (stage 1, 4 CTAs per
 /// SM) from 6 routes per bin on, A and x (stage 2, 3 CTAs per SM) below (H200 measurements).
+/// `rank` (0 = unknown: two-kernel forms only) picks the fused stage 4 at ranks 16 and 64 where
+/// its staging keeps 4 CTAs per SM (H <= 3072; H200: 2-8 % faster there, 0-5 % slower at rank 32).
 GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override = -1,
-                                 int64_t bins = 0);
+                                 int64_t bins = 0, int64_t rank = 0);
 
 /// spec §5 grouped workspace: int32 words (with cakemoe's tile_info, see grouped_launch.h) and the
 /// fp32 per-route partials [P, H].

@@ -199,6 +199,13 @@ TEST(BgmvPlanWorkspaces, GroupedGeometry) {
   EXPECT_FALSE(grouped_geometry(2048, 3072, 0).fused_index);
   EXPECT_TRUE(grouped_geometry(64, 3072, 1).fused_index);
   EXPECT_THROW(grouped_geometry(16385, 3072, 1), InvalidArgument);
+  // The fused stage: ranks 16 and 64 while A's block and B's column block fit 48 KB.
+  EXPECT_EQ(grouped_geometry(2048, 3072, -1, 512, 16).stage, 4);
+  EXPECT_EQ(grouped_geometry(2048, 2688, -1, 512, 64).stage, 4);
+  EXPECT_EQ(grouped_geometry(2048, 3072, -1, 512, 32).stage, 2);
+  EXPECT_EQ(grouped_geometry(2048, 3072, -1, 512, 8).stage, 2);
+  EXPECT_EQ(grouped_geometry(2048, 3080, -1, 512, 16).stage, 2);  // 4 k tiles: 64 KB
+  EXPECT_EQ(grouped_geometry(2048, 3072, -1, 512).stage, 2);      // rank unknown
 }
 
 TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
@@ -247,16 +254,16 @@ void expect_expand_slots_permute_and_spread() {
   }
 }
 
-// The fused stage's B block: ceil(H / (R / 8)) columns x R bf16 values, 16 H bytes and a little.
+// The fused stage's shared memory: A's 8 x H block (whole k tiles), then B's ceil(H / (R / 8))
+// columns x R over it: the larger of 16 x 1024 ceil(H / 1024) and about 16 H bytes.
 TEST(BgmvPlanWorkspaces, GroupedFusedSharedBytes) {
-  EXPECT_EQ(grouped_fused_smem_bytes(3072, 32), 768 * 32 * 2);
-  EXPECT_EQ(grouped_fused_smem_bytes(2688, 16), 1344 * 16 * 2);
-  EXPECT_EQ(grouped_fused_smem_bytes(24, 64), 3 * 64 * 2);
-  EXPECT_EQ(grouped_fused_smem_bytes(32, 64), 4 * 64 * 2);  // ceil(32 / 8) = 4
-  EXPECT_EQ(grouped_fused_smem_bytes(40, 64), 5 * 64 * 2);
-  EXPECT_EQ(grouped_fused_smem_bytes(7176, 8), 7176 * 8 * 2);
-  EXPECT_EQ(grouped_fused_smem_bytes(736, 32), 184 * 32 * 2);
-  EXPECT_EQ(grouped_fused_smem_bytes(744, 32), 186 * 32 * 2);  // 744 / 4 = 186
+  EXPECT_EQ(grouped_fused_smem_bytes(3072, 32), 48 * 1024);
+  EXPECT_EQ(grouped_fused_smem_bytes(2688, 16), 48 * 1024);  // B: 1344 x 16 x 2 = 42 KB
+  EXPECT_EQ(grouped_fused_smem_bytes(1024, 64), 16 * 1024);
+  EXPECT_EQ(grouped_fused_smem_bytes(1032, 64), 32 * 1024);  // 2 k tiles; B: 129 x 64 x 2
+  EXPECT_EQ(grouped_fused_smem_bytes(40, 64), 16 * 1024);
+  EXPECT_EQ(grouped_fused_smem_bytes(7176, 8), 128 * 1024);  // 8 k tiles; B: 7176 x 8 x 2
+  EXPECT_EQ(grouped_fused_smem_bytes(12288, 8), 192 * 1024);  // A and B both 192 KB
 }
 
 TEST(BgmvPlanWorkspaces, GroupedExpandSharedLayout) {

@@ -129,7 +129,8 @@ TEST(BgmvGroupedGpu, RingShrinkBitwiseVsCpu) {
   for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
 }
 
-// The fused shrink + expand (stage 4, CAKEMOE_BGMV_GROUPED_STAGE=4): the same rows and y bits,
+// The fused shrink + expand (stage 4, forced here by CAKEMOE_BGMV_GROUPED_STAGE=4; the default at
+// ranks 16 and 64 up to H 3072): the same rows and y bits,
 // across cluster sizes (ranks 8-64), part counts (k 20: > 4 routes per tile; 64 routes per bin:
 // several tiles per bin), splits (P 32 at H 4096), column blocks that are not multiples of 8
 // (H 2112 at rank 64: 264; H 744 at rank 32: 186; H 40 at rank 64: 5) and both dtypes.
@@ -146,13 +147,20 @@ TEST(BgmvGroupedGpu, FusedShrinkExpandBitwiseVsCpu) {
       {4096, 8, 16, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
       {1344, 16, 512, 2, 2, 8, DType::kFP16, PairOrder::kSlotMajor},
       {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},
-      {3072, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};
-  for (const char* form : {"0", "1", "2", "3", "4"}) {  // FusedForm: how A and B reach the CTA
-    const testbed::ScopedEnv form_env("CAKEMOE_BGMV_FUSED_FORM", form);
-    SCOPED_TRACE(std::string("fused form ") + form);
-    uint64_t seed = 5300;
-    for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
-  }
+      {3072, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
+      {7176, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};  // 128 KB: 1 CTA per SM
+  uint64_t seed = 5300;
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
+}
+
+// The two-kernel forms where the fused stage is the default (ranks 16 and 64, H <= 3072).
+TEST(BgmvGroupedGpu, TwoKernelFormsAtFusedRanks) {
+  CAKEMOE_REQUIRE_GPU();
+  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "2");
+  const GroupedRow rows[] = {{2688, 16, 300, 8, 4, 64, DType::kFP16, PairOrder::kExpertSorted},
+                             {3072, 64, 256, 6, 2, 128, DType::kBF16, PairOrder::kSlotMajor}};
+  uint64_t seed = 5400;
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, {1});
 }
 
 // The grouped expand with 1, 2 and 4 tiles per CTA (CAKEMOE_BGMV_EXPAND_TILES): the same bits.
