@@ -56,7 +56,7 @@ Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_bu
         (cake.variant() == "specialized"
              ? " spec s" + std::to_string(cake.schedule_id().value_or(-1))
              : "") +
-        (cake.fused_decode() ? " fused" : "") + (cake.grouped() ? " grouped" : "") +
+        (cake.fused_decode() ? " fused" : "") + (cake.grouped() ? (cake.grouped_fused() ? " grouped-fused" : " grouped") : "") +
         (cake.order_remap() ? " remap" : "") +
         (launch ? " f" + std::to_string(launch->form) + "s" + std::to_string(launch->splits) : "") +
         " pdl" + std::to_string(cake.pdl_mode());

@@ -55,6 +55,9 @@ class BgmvPlan {
   bool grouped() const;
   bool order_remap() const;
   bool fused_decode() const;                   ///< the one-launch decode path runs (see options)
+  /// The grouped pipeline runs its fused shrink + expand kernel (CUDA, SM90 and later; cakemoe's
+  /// choice by rank and H, docs/decisions/bgmv-gpu-runtime.md). False when not grouped.
+  bool grouped_fused() const;
   int pdl_mode() const;                        ///< 0 plain, 1 early, 2 late (spec §4.4)
   std::optional<int> schedule_id() const;      ///< Cake: 0 t64, 1 t128; portable: none
   const std::string& fallback_reason() const;  ///< empty unless the portable semantics were chosen

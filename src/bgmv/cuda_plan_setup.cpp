@@ -155,6 +155,7 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.max_tiles = static_cast<int>(gw.max_tiles);
   g.fused_index = geo.fused_index ? 1 : 0;
   g.stage = geo.stage;
+  impl.grouped_fused = geo.stage == 4;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.last_stage = impl.grouped_last_stage;

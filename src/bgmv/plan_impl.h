@@ -41,6 +41,7 @@ class BgmvPlan::Impl {
   Tensor group_workspace, group_partials, order_workspace;
   int grouped_index_override = -1;  ///< PrepareInternals::grouped_index
   int grouped_last_stage = 3;       ///< PrepareInternals::grouped_last_stage
+  bool grouped_fused = false;       ///< the CUDA grouped pipeline's stage 4 (set by its setup)
   /// The CUDA runtime (CUDA tensors only): launch sequence and private graph (spec §8).
   std::unique_ptr<CudaPlan> cuda;
 

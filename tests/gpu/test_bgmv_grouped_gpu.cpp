@@ -153,6 +153,24 @@ TEST(BgmvGroupedGpu, FusedShrinkExpandBitwiseVsCpu) {
   for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
 }
 
+// The plan reports the fused stage where it runs: by default at ranks 16 and 64 up to H 3072
+// (the lent H200 is SM90), not at rank 32, and never on the CPU backend.
+TEST(BgmvGroupedGpu, FusedStageIsReported) {
+  CAKEMOE_REQUIRE_GPU();
+  const GroupedRow fused_row = {3072, 16, 256, 2, 2, 32, DType::kBF16, PairOrder::kTokenMajor};
+  const GroupedRow two_kernel_row = {3072, 32, 256, 2, 2, 32, DType::kBF16,
+                                     PairOrder::kTokenMajor};
+  GpuCase fused_case(bgmv_test::make_case(grouped_spec(fused_row, 5501)));
+  EXPECT_TRUE(prepare_grouped(fused_case, 1).grouped_fused());
+  BgmvOptions cpu_options;
+  cpu_options.grouped = true;
+  EXPECT_FALSE(fused_case.prepare_cpu(cpu_options).grouped_fused());
+  GpuCase two_kernel_case(bgmv_test::make_case(grouped_spec(two_kernel_row, 5502)));
+  EXPECT_FALSE(prepare_grouped(two_kernel_case, 1).grouped_fused());
+  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "4");
+  EXPECT_TRUE(prepare_grouped(two_kernel_case, 1).grouped_fused());
+}
+
 // The two-kernel forms where the fused stage is the default (ranks 16 and 64, H <= 3072).
 TEST(BgmvGroupedGpu, TwoKernelFormsAtFusedRanks) {
   CAKEMOE_REQUIRE_GPU();
