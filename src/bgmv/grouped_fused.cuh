@@ -20,7 +20,7 @@
 
 #include <cstdint>
 
-#include "bgmv/grouped_compute.cuh"
+#include "bgmv/grouped_staged.cuh"
 
 namespace cakemoe {
 namespace bgmv {
@@ -63,77 +63,28 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
   const int first = info.x, routes = info.y, bin = info.z;
   const int tid = threadIdx.x;
   const int64_t h = p.hidden;
-  const int ktiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
 
-  // A's rank block q, thread-private (grouped_shrink_kernel's stage-1 layout): vector (row r,
-  // k tile t) of this thread at stage[(t * 8 + r) * 128 + tid], one cp.async group per k tile.
-  const uint16_t* a_global = static_cast<const uint16_t*>(p.lora_a) +
-                             (static_cast<int64_t>(bin) * kRank + q * kRankTile) * h;
-  for (int t = 0; t < ktiles; ++t) {
-    const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-    if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
-#pragma unroll
-      for (int r = 0; r < kRankTile; ++r) {
-        dev::cp_async16(stage + (t * kRankTile + r) * kShrinkThreads + tid, a_global + r * h + k0,
-                        true);
-      }
-    }
-    dev::cp_async_commit();
-  }
+  stage_a_block(p,
+                static_cast<const uint16_t*>(p.lora_a) +
+                    (static_cast<int64_t>(bin) * kRank + q * kRankTile) * h,
+                stage);
   if (tid < routes) spair[tid] = w.sorted_routes[first + tid];
 
   // ---- shrink, rank block q (grouped_shrink_kernel's order) ----
-  const int tiles_per_split = (ktiles + p.splits - 1) / p.splits;
   for (int part = 0; part < routes; part += kGroupShrinkPart) {
     const int n = min(kGroupShrinkPart, routes - part);
     const uint16_t* xs[kGroupShrinkPart];
 #pragma unroll
     for (int i = 0; i < kGroupShrinkPart; ++i) {
-      const int pair = w.sorted_routes[first + part + min(i, n - 1)];
+      const int pair = w.sorted_routes[first + part + min(i, n - 1)];  // spair: no barrier yet
       xs[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
     }
-    float total = 0.0f;  // owned by thread i * 8 + r < 32
-    for (int z = 0; z < p.splits; ++z) {
-      const int t0 = min(z * tiles_per_split, ktiles);
-      const int t1 = min((z + 1) * tiles_per_split, ktiles);
-      float acc[kGroupShrinkPart][kRankTile];
-#pragma unroll
-      for (int i = 0; i < kGroupShrinkPart; ++i) {
-#pragma unroll
-        for (int r = 0; r < kRankTile; ++r) acc[i][r] = 0.0f;
-      }
-      // x's next k tile is loaded before this tile's FMAs.
-      uint4 x_next[kGroupShrinkPart];
-      const auto fetch_x = [&](int t) {
-        const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-        if (k0 >= h) return;
-#pragma unroll
-        for (int i = 0; i < kGroupShrinkPart; ++i) {
-          if (i < n) x_next[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
-        }
-      };
-      if (t0 < t1) fetch_x(t0);
-      for (int t = t0; t < t1; ++t) {
-        const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-        if (k0 >= h) continue;  // only in the last k tile: nothing to fetch after it
-        if (part == 0) cp_async_wait_upto(ktiles - 1 - t);  // this k tile's A landed
-        uint4 x_now[kGroupShrinkPart];
-#pragma unroll
-        for (int i = 0; i < kGroupShrinkPart; ++i) x_now[i] = x_next[i];
-        if (t + 1 < t1) fetch_x(t + 1);
-        const auto load_x = [&](int i, float* out) { dev::unpack8<!kBf16>(x_now[i], out); };
-        const auto load_a = [&](int r, float* out) {
-          dev::unpack8<!kBf16>(stage[(t * kRankTile + r) * kShrinkThreads + tid], out);
-        };
-        shrink_tile_n(n, load_x, load_a, acc);
-      }
-      add_split_sums(n, acc, red, &total);
-    }
+    const float total = shrink_staged_part<kBf16>(p, stage, n, xs, part == 0, red);
     if (tid < n * kRankTile) {
       const int i = tid / kRankTile, r = tid % kRankTile;
       const uint16_t bits = narrow<kBf16>(total);
-      static_cast<uint16_t*>(p.shrink_out)[static_cast<int64_t>(spair[part + i]) * kRank +
-                                           q * kRankTile + r] = bits;
+      static_cast<uint16_t*>(
+          p.shrink_out)[static_cast<int64_t>(spair[part + i]) * kRank + q * kRankTile + r] = bits;
       own_rows[part + i][r] = widen<kBf16>(bits);
     }
   }
@@ -144,8 +95,8 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
   const int64_t col0 = q * block_cols;
   const int cols = static_cast<int>(max(int64_t{0}, min(block_cols, h - col0)));
   {
-    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
-                                                      (static_cast<int64_t>(bin) * h + col0) * kRank);
+    const uint4* src = reinterpret_cast<const uint4*>(
+        static_cast<const uint16_t*>(p.lora_b) + (static_cast<int64_t>(bin) * h + col0) * kRank);
     for (int v = tid; v < cols * kGroups; v += kShrinkThreads) {
       dev::cp_async16(stage + grouped_expand_slot<kGroups>(v / kGroups, v % kGroups), src + v,
                       true);

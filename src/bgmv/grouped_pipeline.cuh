@@ -13,6 +13,7 @@
 #include "bgmv/grouped_compute.cuh"
 #include "bgmv/grouped_fused.cuh"
 #include "bgmv/grouped_shrink_ring.cuh"
+#include "bgmv/grouped_shrink_self.cuh"
 #include "cakemoe/errors.h"
 #include "core/cuda_check.h"
 
@@ -90,10 +91,11 @@ template <bool kBf16, int kRank>
 void launch_fused(const GroupedParams& p, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(grouped_fused_smem_bytes(p.hidden, kRank));
   if (static_cast<int64_t>(smem) > kGroupFusedMaxSmemBytes) {
-    throw InvalidArgument("hidden", "the fused grouped stage stages A's 8 x H block and B's "
-                                    "H / (R / 8) columns in at most 200 KB of shared memory; H " +
-                                        std::to_string(p.hidden) + " needs " +
-                                        std::to_string(smem) + " bytes");
+    throw InvalidArgument("hidden",
+                          "the fused grouped stage stages A's 8 x H block and B's "
+                          "H / (R / 8) columns in at most 200 KB of shared memory; H " +
+                              std::to_string(p.hidden) + " needs " + std::to_string(smem) +
+                              " bytes");
   }
   const auto kernel = grouped_fused_kernel<kBf16, kRank>;
   CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -163,24 +165,31 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
   }
   const dim3 shrink_grid(p.max_tiles, p.rank / kRankTile);
   const size_t row_bytes = static_cast<size_t>(grouped_stage_row_bytes(p.hidden));
-  switch (p.stage) {
-    case 0:
-      launch_stage(grouped_shrink_kernel<kBf16, 0>, shrink_grid, kShrinkThreads, 0, pdl, stream, p);
-      break;
-    case 1:
-      launch_stage(grouped_shrink_kernel<kBf16, 1>, shrink_grid, kShrinkThreads,
-                   kRankTile * row_bytes, pdl, stream, p);
-      break;
-    case 2:
-      launch_stage(grouped_shrink_kernel<kBf16, 2>, shrink_grid, kShrinkThreads,
-                   (kRankTile + kGroupShrinkPart) * row_bytes, pdl, stream, p);
-      break;
-    case 3:
-      launch_ring_shrink<kBf16>(p, stream);
-      break;
-    default:
-      throw InvalidArgument(
-          "stage", "the grouped shrink stages 0, 1, 2, 3 (ring) or 4 (fused), got " + std::to_string(p.stage));
+  if (p.self_index && p.stage <= 2) {
+    launch_stage(grouped_shrink_self_kernel<kBf16>, dim3(bins, p.rank / kRankTile), kShrinkThreads,
+                 kRankTile * row_bytes, pdl, stream, p);
+  } else {
+    switch (p.stage) {
+      case 0:
+        launch_stage(grouped_shrink_kernel<kBf16, 0>, shrink_grid, kShrinkThreads, 0, pdl, stream,
+                     p);
+        break;
+      case 1:
+        launch_stage(grouped_shrink_kernel<kBf16, 1>, shrink_grid, kShrinkThreads,
+                     kRankTile * row_bytes, pdl, stream, p);
+        break;
+      case 2:
+        launch_stage(grouped_shrink_kernel<kBf16, 2>, shrink_grid, kShrinkThreads,
+                     (kRankTile + kGroupShrinkPart) * row_bytes, pdl, stream, p);
+        break;
+      case 3:
+        launch_ring_shrink<kBf16>(p, stream);
+        break;
+      default:
+        throw InvalidArgument("stage",
+                              "the grouped shrink stages 0, 1, 2, 3 (ring) or 4 (fused), got " +
+                                  std::to_string(p.stage));
+    }
   }
   if (p.last_stage < 2) return;
   switch (p.rank) {
