@@ -156,11 +156,6 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.fused_index = geo.fused_index ? 1 : 0;
   g.stage = geo.stage;
   impl.grouped_fused = geo.stage == 4;
-  {  // CAKEMOE_BGMV_SELF_INDEX=1: the self-indexed shrink (A/B runs; the bits do not depend on it)
-    const char* env = std::getenv("CAKEMOE_BGMV_SELF_INDEX");
-    const bool fits = kGroupRankTile * grouped_stage_row_bytes(s.hidden) <= 112 * 1024;
-    g.self_index = env != nullptr && env[0] == '1' && geo.stage <= 2 && fits ? 1 : 0;
-  }
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.last_stage = impl.grouped_last_stage;

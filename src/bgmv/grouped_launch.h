@@ -44,9 +44,6 @@ struct GroupedParams {
   /// grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows, 3 ring; 4 the fused
   /// shrink + expand (one kernel for both stages, grouped_fused.cuh)
   int stage = 0;
-  /// 1: the shrink (stages 0-2) finds its bin's routes itself, grid (L * E, R / 8), and waits for
-  /// the index only in its tail (grouped_shrink_self.cuh); the index then runs beside it.
-  int self_index = 0;
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
   int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
   /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the

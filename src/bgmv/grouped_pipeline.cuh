@@ -13,7 +13,6 @@
 #include "bgmv/grouped_compute.cuh"
 #include "bgmv/grouped_fused.cuh"
 #include "bgmv/grouped_shrink_ring.cuh"
-#include "bgmv/grouped_shrink_self.cuh"
 #include "cakemoe/errors.h"
 #include "core/cuda_check.h"
 
@@ -165,31 +164,25 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
   }
   const dim3 shrink_grid(p.max_tiles, p.rank / kRankTile);
   const size_t row_bytes = static_cast<size_t>(grouped_stage_row_bytes(p.hidden));
-  if (p.self_index && p.stage <= 2) {
-    launch_stage(grouped_shrink_self_kernel<kBf16>, dim3(bins, p.rank / kRankTile), kShrinkThreads,
-                 kRankTile * row_bytes, pdl, stream, p);
-  } else {
-    switch (p.stage) {
-      case 0:
-        launch_stage(grouped_shrink_kernel<kBf16, 0>, shrink_grid, kShrinkThreads, 0, pdl, stream,
-                     p);
-        break;
-      case 1:
-        launch_stage(grouped_shrink_kernel<kBf16, 1>, shrink_grid, kShrinkThreads,
-                     kRankTile * row_bytes, pdl, stream, p);
-        break;
-      case 2:
-        launch_stage(grouped_shrink_kernel<kBf16, 2>, shrink_grid, kShrinkThreads,
-                     (kRankTile + kGroupShrinkPart) * row_bytes, pdl, stream, p);
-        break;
-      case 3:
-        launch_ring_shrink<kBf16>(p, stream);
-        break;
-      default:
-        throw InvalidArgument("stage",
-                              "the grouped shrink stages 0, 1, 2, 3 (ring) or 4 (fused), got " +
-                                  std::to_string(p.stage));
-    }
+  switch (p.stage) {
+    case 0:
+      launch_stage(grouped_shrink_kernel<kBf16, 0>, shrink_grid, kShrinkThreads, 0, pdl, stream, p);
+      break;
+    case 1:
+      launch_stage(grouped_shrink_kernel<kBf16, 1>, shrink_grid, kShrinkThreads,
+                   kRankTile * row_bytes, pdl, stream, p);
+      break;
+    case 2:
+      launch_stage(grouped_shrink_kernel<kBf16, 2>, shrink_grid, kShrinkThreads,
+                   (kRankTile + kGroupShrinkPart) * row_bytes, pdl, stream, p);
+      break;
+    case 3:
+      launch_ring_shrink<kBf16>(p, stream);
+      break;
+    default:
+      throw InvalidArgument("stage",
+                            "the grouped shrink stages 0, 1, 2, 3 (ring) or 4 (fused), got " +
+                                std::to_string(p.stage));
   }
   if (p.last_stage < 2) return;
   switch (p.rank) {

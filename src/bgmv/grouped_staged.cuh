@@ -1,6 +1,6 @@
-// Shared body of the grouped shrinks that stage A's 8 x H rank block in shared memory with the
-// stage-1 layout (grouped_fused.cuh, grouped_shrink_self.cuh): the block's copy and one part's
-// rows in the canonical per-route order (spec bgmv §3.2, grouped_shrink_kernel's arithmetic).
+// The shrink half of the fused grouped stage (grouped_fused.cuh), kept apart from its cluster and
+// expand code: A's 8 x H rank block staged in shared memory with grouped_shrink_kernel's stage-1
+// layout, and one part's rows in its canonical per-route order (spec bgmv §3.2).
 #pragma once
 
 #include <cstdint>

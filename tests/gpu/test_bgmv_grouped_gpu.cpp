@@ -153,27 +153,6 @@ TEST(BgmvGroupedGpu, FusedShrinkExpandBitwiseVsCpu) {
   for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
 }
 
-// The self-indexed shrink (CAKEMOE_BGMV_SELF_INDEX=1 with a two-kernel stage forced): the same
-// rows and y bits with both index forms, across ranks 8-64, k 20, splits (H 4096, P 32), bins
-// whose expert has more than 64 pairs in one warp's quarter (several scan rounds: E 4, P 2048,
-// and P 16800 at E 64 with the multi-CTA index), and many empty bins (L 8 x E 128, P 1024).
-TEST(BgmvGroupedGpu, SelfIndexedShrinkBitwiseVsCpu) {
-  CAKEMOE_REQUIRE_GPU();
-  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "2");
-  const testbed::ScopedEnv self_env("CAKEMOE_BGMV_SELF_INDEX", "1");
-  const std::vector<GroupedRow> rows = {
-      {768, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
-      {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
-      {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
-      {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
-      {4096, 8, 16, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
-      {768, 16, 1024, 2, 2, 4, DType::kBF16, PairOrder::kTokenMajor},
-      {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor}};
-  uint64_t seed = 5600;
-  for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
-  check_forms({512, 8, 4200, 4, 4, 64, DType::kBF16, PairOrder::kExpertSorted}, 5690, {0});
-}
-
 // The plan reports the fused stage where it runs: by default at ranks 16 and 64 up to H 3072
 // (the lent H200 is SM90), not at rank 32, and never on the CPU backend.
 TEST(BgmvGroupedGpu, FusedStageIsReported) {
