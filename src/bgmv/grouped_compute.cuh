@@ -88,6 +88,33 @@ CAKEMOE_DEVICE void shrink_tile_n(int n, const LoadX& load_x, const LoadA& load_
   }
 }
 
+/// x's vectors at k0 (one 16-byte load each) for the first n of a part's routes.
+CAKEMOE_DEVICE void load_x_vectors(const uint16_t* const (&xs)[kGroupShrinkPart], int n,
+                                   int64_t k0, uint4 (&out)[kGroupShrinkPart]) {
+#pragma unroll
+  for (int i = 0; i < kGroupShrinkPart; ++i) {
+    if (i < n) out[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
+  }
+}
+
+/// One route's unweighted partial for one column (the grouped order of spec §3.2): per rank group
+/// g an FMA chain over r = 8g .. 8g + 7 from 0, then lane 0 of the XOR butterfly (offsets
+/// G/2 .. 1) over the groups. `row`: the route's shrink row widened to fp32; `b`: the column's
+/// B row.
+template <int kRank>
+CAKEMOE_DEVICE float route_partial(const float* row, const float (&b)[kRank]) {
+  constexpr int kGroups = kRank / 8;
+  float lanes[kGroups];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    float part = 0.0f;
+#pragma unroll
+    for (int r = 8 * g; r < 8 * g + 8; ++r) part = fmaf(row[r], b[r], part);
+    lanes[g] = part;
+  }
+  return dev::butterfly_lane0<kGroups>(lanes);
+}
+
 /// Shared memory of the split reduction: one sum per (warp, route, rank row).
 using SplitSums = float[4][kGroupShrinkPart][kRankTile];
 
@@ -237,11 +264,7 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
       uint4 x_next[kGroupShrinkPart];
       const auto fetch_x = [&](int t) {
         const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-        if (k0 >= h) return;
-#pragma unroll
-        for (int i = 0; i < kGroupShrinkPart; ++i) {
-          if (i < n) x_next[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
-        }
+        if (k0 < h) load_x_vectors(xs, n, k0, x_next);
       };
       if (x_global && t0 < t1) fetch_x(t0);
       for (int t = t0; t < t1; ++t) {
@@ -343,17 +366,8 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
                            b + 8 * g);
     }
     const auto route = [&](int i) {
-      float lanes[kGroups];
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        float part = 0.0f;
-#pragma unroll
-        for (int r = 8 * g; r < 8 * g + 8; ++r) part = fmaf(srow[j][i][r], b[r], part);
-        lanes[g] = part;
-      }
-      // Lane 0 of the XOR butterfly (offsets G/2 .. 1): lanes >= off mirror lanes < off.
       p.partials[static_cast<int64_t>(spair[j][i]) * p.hidden + c] =
-          dev::butterfly_lane0<kGroups>(lanes);
+          route_partial<kRank>(srow[j][i], b);
     };
     if constexpr (kRank <= 16) {
       // NOTE: unrolled by 2 the route loop fits 64 registers without spilling at ranks 8/16.

@@ -128,15 +128,7 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
       dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc, g)], b + 8 * g);
     }
     const auto route = [&](int i) {
-      float lanes[kGroups];
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        float part = 0.0f;
-#pragma unroll
-        for (int r = 8 * g; r < 8 * g + 8; ++r) part = fmaf(srow[i][r], b[r], part);
-        lanes[g] = part;
-      }
-      p.partials[static_cast<int64_t>(spair[i]) * h + c] = dev::butterfly_lane0<kGroups>(lanes);
+      p.partials[static_cast<int64_t>(spair[i]) * h + c] = route_partial<kRank>(srow[i], b);
     };
     if constexpr (kRank <= 16) {
 #pragma unroll 2

@@ -57,11 +57,7 @@ CAKEMOE_DEVICE float shrink_staged_part(const GroupedParams& p, const uint4* sta
     uint4 x_next[kGroupShrinkPart];
     const auto fetch_x = [&](int t) {
       const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-      if (k0 >= h) return;
-#pragma unroll
-      for (int i = 0; i < kGroupShrinkPart; ++i) {
-        if (i < n) x_next[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
-      }
+      if (k0 < h) load_x_vectors(xs, n, k0, x_next);
     };
     if (t0 < t1) fetch_x(t0);
     for (int t = t0; t < t1; ++t) {
