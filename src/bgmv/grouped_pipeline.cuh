@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "bgmv/grouped_compute.cuh"
 #include "bgmv/grouped_fused.cuh"
@@ -85,6 +86,28 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
                p);
 }
 
+/// Calls f(std::integral_constant<int, R>) for the grouped pipeline's rank R (8, 16, 32 or 64).
+template <typename F>
+void with_rank(int rank, F&& f) {
+  switch (rank) {
+    case 8:
+      f(std::integral_constant<int, 8>{});
+      return;
+    case 16:
+      f(std::integral_constant<int, 16>{});
+      return;
+    case 32:
+      f(std::integral_constant<int, 32>{});
+      return;
+    case 64:
+      f(std::integral_constant<int, 64>{});
+      return;
+    default:
+      throw InvalidArgument(
+          "rank", "the grouped pipeline takes rank 8, 16, 32 or 64, got " + std::to_string(rank));
+  }
+}
+
 /// Stage 4: the fused shrink + expand (clusters of R / 8 CTAs, one per tile), then the combine.
 template <bool kBf16, int kRank>
 void launch_fused(const GroupedParams& p, cudaStream_t stream) {
@@ -144,23 +167,8 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
   }
   if (p.last_stage < 1) return;
   if (p.stage == 4) {
-    switch (p.rank) {
-      case 8:
-        launch_fused<kBf16, 8>(p, stream);
-        return;
-      case 16:
-        launch_fused<kBf16, 16>(p, stream);
-        return;
-      case 32:
-        launch_fused<kBf16, 32>(p, stream);
-        return;
-      case 64:
-        launch_fused<kBf16, 64>(p, stream);
-        return;
-      default:
-        throw InvalidArgument("rank", "the grouped pipeline takes rank 8, 16, 32 or 64, got " +
-                                          std::to_string(p.rank));
-    }
+    with_rank(p.rank, [&](auto rank) { launch_fused<kBf16, decltype(rank)::value>(p, stream); });
+    return;
   }
   const dim3 shrink_grid(p.max_tiles, p.rank / kRankTile);
   const size_t row_bytes = static_cast<size_t>(grouped_stage_row_bytes(p.hidden));
@@ -185,23 +193,8 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
                                 std::to_string(p.stage));
   }
   if (p.last_stage < 2) return;
-  switch (p.rank) {
-    case 8:
-      launch_grouped_expand<kBf16, 8>(p, stream);
-      break;
-    case 16:
-      launch_grouped_expand<kBf16, 16>(p, stream);
-      break;
-    case 32:
-      launch_grouped_expand<kBf16, 32>(p, stream);
-      break;
-    case 64:
-      launch_grouped_expand<kBf16, 64>(p, stream);
-      break;
-    default:
-      throw InvalidArgument(
-          "rank", "the grouped pipeline takes rank 8, 16, 32 or 64, got " + std::to_string(p.rank));
-  }
+  with_rank(p.rank,
+            [&](auto rank) { launch_grouped_expand<kBf16, decltype(rank)::value>(p, stream); });
 }
 
 }  // namespace grouped
