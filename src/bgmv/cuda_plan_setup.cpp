@@ -88,19 +88,19 @@ void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
 }
 
 // CAKEMOE_BGMV_GROUPED_STAGE=0|1|2|3|4 replaces the grouped shrink's form (A/B runs of the
-// benchmark; the bits do not depend on it). 1 and 2 are capped at the largest staging that fits
-// H (their shared memory grows with it); 3, the ring, fits every H; 4, the fused shrink + expand,
-// is ignored where its staging passes kGroupFusedMaxSmemBytes. A forced 0-3 where the default
-// is 4 caps at the two-kernel form's own choice.
-int grouped_stage_from_env(int chosen, int64_t num_pairs, int64_t hidden, int64_t rank) {
+// benchmark; the bits do not depend on it); -1 without it. 1 and 2 are capped at the largest
+// staging that fits H (their shared memory grows with it), capped at the two-kernel choice; 3,
+// the ring, fits every H; 4, the fused shrink + expand, is ignored where its staging passes
+// kGroupFusedMaxSmemBytes (and, by grouped_runtime_stage, before SM90).
+int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
   const char* env = std::getenv("CAKEMOE_BGMV_GROUPED_STAGE");
-  if (env == nullptr || env[0] < '0' || env[0] > '4' || env[1] != '\0') return chosen;
+  if (env == nullptr || env[0] < '0' || env[0] > '4' || env[1] != '\0') return -1;
   const int forced = env[0] - '0';
   if (forced == 3) return 3;
   if (forced == 4) {
     return grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedMaxSmemBytes
                ? 4
-               : chosen;
+               : -1;
   }
   return std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
 }
@@ -119,13 +119,12 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
   GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
                                          s.num_loras * s.num_experts, s.rank);
-  // NOTE: the fused stage launches clusters (SM90 and later).
-  if (geo.stage == 4 && arch != Arch::kSm90a && !is_blackwell(arch)) {
-    geo.stage = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
-                                 s.num_loras * s.num_experts)
-                    .stage;
-  }
-  geo.stage = grouped_stage_from_env(geo.stage, s.num_pairs, s.hidden, s.rank);
+  geo.stage = grouped_runtime_stage(
+      geo.stage,
+      grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
+                       s.num_loras * s.num_experts)
+          .stage,
+      grouped_stage_from_env(s.num_pairs, s.hidden, s.rank), arch);
   const GroupedWorkspace gw =
       grouped_workspace(s.num_pairs, s.num_tokens, s.num_loras, s.num_experts, s.hidden);
   impl.group_workspace = device_zeros({gw.int_words}, DType::kInt32, s.device);

@@ -347,6 +347,13 @@ GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_ov
   return g;
 }
 
+int grouped_runtime_stage(int chosen, int two_kernel, int forced, Arch arch) {
+  int stage = chosen == 4 && arch != Arch::kSm90a ? two_kernel : chosen;
+  if (forced >= 0) stage = forced;
+  const bool clusters = arch == Arch::kSm90a || is_blackwell(arch);
+  return stage == 4 && !clusters ? two_kernel : stage;
+}
+
 GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
                                    int64_t num_experts, int64_t hidden) {
   GroupedWorkspace w;

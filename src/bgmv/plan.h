@@ -116,7 +116,8 @@ RouteIndexLayout route_index_layout(int64_t num_tokens);
 /// How the grouped pipeline runs on the GPU (cakemoe's choice, docs/decisions/bgmv-gpu-runtime.md):
 /// the one-CTA index (P <= 16384) or hist -> scan -> scatter, and what the grouped shrink stages
 /// in shared memory (0 nothing, 1 A's 8 x H block, 2 A and the first part's x rows), or 4: the
-/// fused shrink + expand (clusters; the runtime falls back to the two-kernel choice before SM90).
+/// fused shrink + expand (clusters; the runtime keeps it on SM90 only, where it was measured, and
+/// allows it forced on SM90 and later).
 struct GroupedGeometry {
   bool fused_index = false;
   int stage = 0;
@@ -129,6 +130,12 @@ struct GroupedGeometry {
 /// its staging keeps 4 CTAs per SM (H <= 3072; H200: 2-8 % faster there, 0-5 % slower at rank 32).
 GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override = -1,
                                  int64_t bins = 0, int64_t rank = 0);
+/// The grouped form the CUDA runtime launches on `arch`: `chosen` (grouped_geometry's), unless it
+/// is the fused stage 4 and `arch` is not SM90 (the only place it was measured), then
+/// `two_kernel` (grouped_geometry's choice without the rank); `forced` (>= 0: an A/B switch's
+/// stage, already capped to what fits H) replaces it, except stage 4 where clusters are missing
+/// (before SM90).
+int grouped_runtime_stage(int chosen, int two_kernel, int forced, Arch arch);
 
 /// spec §5 grouped workspace: int32 words (with cakemoe's tile_info, see grouped_launch.h) and the
 /// fp32 per-route partials [P, H].

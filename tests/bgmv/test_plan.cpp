@@ -206,6 +206,14 @@ TEST(BgmvPlanWorkspaces, GroupedGeometry) {
   EXPECT_EQ(grouped_geometry(2048, 3072, -1, 512, 8).stage, 2);
   EXPECT_EQ(grouped_geometry(2048, 3080, -1, 512, 16).stage, 2);  // 4 k tiles: 64 KB
   EXPECT_EQ(grouped_geometry(2048, 3072, -1, 512).stage, 2);      // rank unknown
+  // The runtime keeps the fused default on SM90 only, lets it be forced where clusters exist.
+  EXPECT_EQ(grouped_runtime_stage(4, 2, -1, Arch::kSm90a), 4);
+  EXPECT_EQ(grouped_runtime_stage(4, 2, -1, Arch::kSm100a), 2);
+  EXPECT_EQ(grouped_runtime_stage(4, 1, -1, Arch::kOther), 1);
+  EXPECT_EQ(grouped_runtime_stage(2, 2, 4, Arch::kSm103a), 4);
+  EXPECT_EQ(grouped_runtime_stage(2, 2, 4, Arch::kOther), 2);
+  EXPECT_EQ(grouped_runtime_stage(4, 2, 1, Arch::kSm90a), 1);
+  EXPECT_EQ(grouped_runtime_stage(2, 2, 3, Arch::kOther), 3);
 }
 
 TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
