@@ -87,9 +87,28 @@ void print_row(const Row& r) {
   std::fflush(stdout);
 }
 
+/// A reference point of issue #4 (H 3072, rank 32, E 128): `us` for `loras` LoRAs at (T, k).
+struct ReferencePoint {
+  int64_t tokens, top_k, loras;
+  double us;
+};
+
+/// The row of shape (H 3072, R 32, T, k, L, E 128), or nullptr.
+const Row* find_row(const std::vector<Row>& rows, int64_t tokens, int64_t top_k, int64_t loras) {
+  for (const Row& r : rows) {
+    if (r.s.hidden == 3072 && r.s.rank == 32 && r.s.tokens == tokens && r.s.top_k == top_k &&
+        r.s.loras == loras && r.s.experts == 128) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
 /// Issue #4's targets against the rows measured (their feasibility: bench/NOTES.md): 3x the vLLM
 /// points (4 LoRAs, E 128, top-2, rank 32), <= 6 us at T <= 8, >= 80 % of bytes_min at T >= 512,
-/// faster than the portable path everywhere.
+/// faster than the portable path everywhere; and its two other reference sets: the portable
+/// path at least as fast as FlashInfer's portable kernels on the H200 (4 LoRAs), and the Cake
+/// path against FlashInfer's Cake path on a GB200 (8 LoRAs; ~1.7x the H200's bandwidth).
 void print_targets(const std::vector<Row>& rows) {
   struct VllmPoint {
     int64_t hidden, tokens;
@@ -134,6 +153,24 @@ void print_targets(const std::vector<Row>& rows) {
   }
   std::printf("  T >= 512: %d of %d rows at >= 80 %% of bytes_min\n", large_met, large);
   std::printf("  Cake not faster than portable: %d of %zu rows\n", slower, rows.size());
+  constexpr ReferencePoint kFlashInferPortableH200[] = {
+      {1, 2, 4, 22.4},     {8, 2, 4, 34.6},      {32, 2, 4, 24.0},  {256, 2, 4, 87.7},
+      {1024, 2, 4, 292.2}, {2048, 2, 4, 566.3}, {1024, 8, 4, 1102.0}};
+  for (const ReferencePoint& f : kFlashInferPortableH200) {
+    const Row* r = find_row(rows, f.tokens, f.top_k, f.loras);
+    if (r == nullptr) continue;
+    std::printf("  portable vs FlashInfer portable (H200) T %lld k %lld: %.2f us vs %.1f %s\n",
+                (long long)f.tokens, (long long)f.top_k, r->portable_us, f.us,
+                r->portable_us <= f.us ? "met" : "MISSED");
+  }
+  constexpr ReferencePoint kFlashInferCakeGb200[] = {
+      {1, 2, 8, 16.3}, {32, 2, 8, 13.3}, {256, 2, 8, 43.6}, {1024, 2, 8, 116.3}};
+  for (const ReferencePoint& f : kFlashInferCakeGb200) {
+    const Row* r = find_row(rows, f.tokens, f.top_k, f.loras);
+    if (r == nullptr) continue;
+    std::printf("  Cake vs FlashInfer Cake (GB200) T %lld: %.2f us vs %.1f (%.2fx)\n",
+                (long long)f.tokens, r->cake_us, f.us, f.us / r->cake_us);
+  }
 }
 
 void write_json(const std::string& path, const std::vector<Row>& rows) {
@@ -192,6 +229,9 @@ int run(int argc, char** argv) {
   for (int64_t t : {1, 16, 128, 1024, 2048}) {  // the issue's vLLM reference points
     for (int64_t e : {64, 128}) shapes.push_back({3072, 32, t, 2, 4, e});
   }
+  // FlashInfer's portable points on the H200 not covered above (4 LoRAs, E 128).
+  for (int64_t t : {8, 32, 256}) shapes.push_back({3072, 32, t, 2, 4, 128});
+  shapes.push_back({3072, 32, 1024, 8, 4, 128});
   shapes.push_back({2688, 32, 1, 2, 4, 128});
   shapes.push_back({2688, 32, 1024, 2, 4, 128});
   for (int64_t h : hiddens) {
