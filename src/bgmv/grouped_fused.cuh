@@ -10,10 +10,11 @@
 // reduce-scatter, splits) and grouped_expand_kernel (per-group FMA chains, butterfly lane 0):
 // the shrink rows and the partials are bitwise equal, so the combine's y is too.
 //
-// H200 (bench/NOTES.md, session 5): 4-8 % faster than the two-kernel form at ranks 16 and 64,
-// 0-5 % slower at rank 32. Measured and dropped: one CTA per tile (1.2-1.75x slower: 1.3 waves of
-// 392 KB tiles, serial within a CTA); A read at use through L1/L2 (1.08x); A staged with B
-// copied first (2 CTAs per SM, 1.04x); the same at 3 CTAs per SM (1.0x).
+// H200 (bench/NOTES.md, session 5): against the two-kernel form, rank 16 and 64 rows 0.97-0.98
+// on average (0.94-1.03), rank 32 rows 0.98-1.07 (so not used there). Measured and dropped: one
+// CTA per tile (1.2-1.75x: 1.3 waves of 392 KB tiles, serial within a CTA); A read at use through
+// L1/L2 (1.09x); A staged with B copied first (2 CTAs per SM, 1.36x); this form at 3 CTAs per
+// SM (1.04x).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -42,7 +43,7 @@ CAKEMOE_DEVICE void cluster_wait() {
 /// grid (max_tiles * R / 8) x 128 in clusters of R / 8, dynamic smem
 /// grouped_fused_smem_bytes(H, R).
 template <bool kBf16, int kRank>
-// NOTE: 4 CTAs per SM (shared memory allows 4 at H <= 4096); ptxas fits 125-126 registers.
+// NOTE: 4 CTAs per SM (shared memory allows 4 at H <= 3072: 48 KB); ptxas fits 123-128 registers.
 __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(GroupedParams p) {
   extern __shared__ uint4 stage[];  // A's block during the shrink, then B's
   __shared__ SplitSums red;
