@@ -33,6 +33,33 @@ using bgmv_test::expect_close_to_oracle;
 using bgmv_test::PairOrder;
 using formats::float_to_bits;
 
+/// A seeded case spec; bgmv_case.h's other fields keep their defaults.
+inline CaseSpec gpu_spec(DType dtype, int64_t hidden, int64_t rank, int64_t tokens, int64_t top_k,
+                         PairOrder order, int64_t loras, int64_t experts, uint64_t seed) {
+  CaseSpec s;
+  s.dtype = dtype;
+  s.hidden = hidden;
+  s.rank = rank;
+  s.tokens = tokens;
+  s.top_k = top_k;
+  s.order = order;
+  s.loras = loras;
+  s.experts = experts;
+  s.seed = seed;
+  return s;
+}
+
+/// A case's shape, for failure messages.
+inline std::string describe(const CaseSpec& s) {
+  return "H=" + std::to_string(s.hidden) + " R=" + std::to_string(s.rank) +
+         " T=" + std::to_string(s.tokens) + " k=" + std::to_string(s.top_k) +
+         " L=" + std::to_string(s.loras) + " E=" + std::to_string(s.experts) + " " +
+         dtype_name(s.dtype) + " order=" + std::to_string(static_cast<int>(s.order));
+}
+inline std::string describe(const Case& c) {
+  return describe(c.spec) + " P=" + std::to_string(c.num_pairs());
+}
+
 /// A host case (bgmv_case.h) plus device copies of every operand.
 struct GpuCase {
   Case host;

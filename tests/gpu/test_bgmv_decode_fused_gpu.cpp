@@ -17,25 +17,7 @@ namespace {
 
 CaseSpec fused_spec(DType dtype, int64_t hidden, int64_t rank, int64_t tokens, int64_t top_k,
                     PairOrder order, uint64_t seed) {
-  CaseSpec s;
-  s.dtype = dtype;
-  s.hidden = hidden;
-  s.rank = rank;
-  s.tokens = tokens;
-  s.top_k = top_k;
-  s.order = order;
-  s.loras = 2;
-  s.experts = 16;
-  s.seed = seed;
-  return s;
-}
-
-std::string describe(const Case& c) {
-  const CaseSpec& s = c.spec;
-  return "H=" + std::to_string(s.hidden) + " R=" + std::to_string(s.rank) +
-         " T=" + std::to_string(s.tokens) + " k=" + std::to_string(s.top_k) +
-         " P=" + std::to_string(c.num_pairs()) + " " + dtype_name(s.dtype) +
-         " order=" + std::to_string(static_cast<int>(s.order));
+  return gpu_spec(dtype, hidden, rank, tokens, top_k, order, 2, 16, seed);
 }
 
 /// Whether the forced fused path can run this case on device 0 (grid co-resident).

@@ -23,25 +23,7 @@ struct GroupedRow {
 };
 
 CaseSpec grouped_spec(const GroupedRow& row, uint64_t seed) {
-  CaseSpec s;
-  s.dtype = row.dtype;
-  s.hidden = row.h;
-  s.rank = row.r;
-  s.tokens = row.t;
-  s.top_k = row.k;
-  s.loras = row.loras;
-  s.experts = row.experts;
-  s.order = row.order;
-  s.seed = seed;
-  return s;
-}
-
-std::string label_of(const CaseSpec& s, int index) {
-  return "H=" + std::to_string(s.hidden) + " R=" + std::to_string(s.rank) +
-         " T=" + std::to_string(s.tokens) + " k=" + std::to_string(s.top_k) +
-         " L=" + std::to_string(s.loras) + " E=" + std::to_string(s.experts) + " " +
-         dtype_name(s.dtype) + " order=" + std::to_string(static_cast<int>(s.order)) +
-         " index=" + std::to_string(index);
+  return gpu_spec(row.dtype, row.h, row.r, row.t, row.k, row.order, row.loras, row.experts, seed);
 }
 
 BgmvPlan prepare_grouped(const GpuCase& g, int index) {
@@ -65,7 +47,7 @@ void check_forms(const GroupedRow& row, uint64_t seed, const std::vector<int>& i
   const std::vector<float> want = fetch_y(cpu.y_accum());
   const std::vector<uint16_t> want_rows = fetch_u16(cpu.shrink_out());
   for (const int index : indexes) {
-    const std::string label = label_of(g.host.spec, index);
+    const std::string label = describe(g.host.spec) + " index=" + std::to_string(index);
     BgmvPlan gpu = prepare_grouped(g, index);
     ASSERT_TRUE(gpu.grouped()) << label;
     std::vector<float> first;

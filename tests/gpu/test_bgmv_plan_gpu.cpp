@@ -18,23 +18,7 @@ namespace {
 
 CaseSpec spec_of(int64_t hidden, int64_t rank, int64_t tokens, DType dtype, PairOrder order,
                  int64_t top_k, uint64_t seed) {
-  CaseSpec s;
-  s.dtype = dtype;
-  s.hidden = hidden;
-  s.rank = rank;
-  s.tokens = tokens;
-  s.order = order;
-  s.top_k = top_k;
-  s.loras = 2;
-  s.experts = 128;
-  s.seed = seed;
-  return s;
-}
-
-std::string describe(const CaseSpec& s) {
-  return "H=" + std::to_string(s.hidden) + " R=" + std::to_string(s.rank) +
-         " T=" + std::to_string(s.tokens) + " k=" + std::to_string(s.top_k) + " " +
-         dtype_name(s.dtype) + " order=" + std::to_string(static_cast<int>(s.order));
+  return gpu_spec(dtype, hidden, rank, tokens, top_k, order, 2, 128, seed);
 }
 
 /// Runs the GPU plan `replays` times (each bitwise equal to the first) and checks y and

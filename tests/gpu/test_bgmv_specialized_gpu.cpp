@@ -20,24 +20,7 @@ constexpr int kReplays = 8;
 
 CaseSpec special_spec(DType dtype, int64_t hidden, int64_t tokens, int64_t top_k, PairOrder order,
                       uint64_t seed) {
-  CaseSpec s;
-  s.dtype = dtype;
-  s.hidden = hidden;
-  s.rank = 32;
-  s.tokens = tokens;
-  s.top_k = top_k;
-  s.order = order;
-  s.loras = 2;
-  s.experts = 32;
-  s.seed = seed;
-  return s;
-}
-
-std::string describe(const Case& c) {
-  const CaseSpec& s = c.spec;
-  return "H=" + std::to_string(s.hidden) + " T=" + std::to_string(s.tokens) +
-         " k=" + std::to_string(s.top_k) + " P=" + std::to_string(c.num_pairs()) + " " +
-         dtype_name(s.dtype) + " order=" + std::to_string(static_cast<int>(s.order));
+  return gpu_spec(dtype, hidden, 32, tokens, top_k, order, 2, 32, seed);
 }
 
 /// A GPU plan with the variant forced (0 generic, 1 specialized) and, for 1, the schedule.
