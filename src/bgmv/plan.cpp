@@ -340,6 +340,7 @@ GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_ov
   } else if (kRankTile * row_bytes <= kGroupStageAMaxBytes) {
     g.stage = 1;
   }
+  g.two_kernel_stage = g.stage;
   if ((rank == 16 || rank == 64) &&
       grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedDefaultMaxBytes) {
     g.stage = 4;
@@ -391,11 +392,7 @@ Variant choose_variant(const ProblemDesc& p) {
                 "the override must be -1 (select), 0 (generic) or 1 (specialized), got " +
                     std::to_string(p.variant_override));
   if (p.variant_override < 0) {
-    // A pipeline forced on by the caller exists only in the generic variant: keep it.
-    if (p.grouped.value_or(false) || p.order_remap.value_or(false) ||
-        p.fused_decode.value_or(false)) {
-      return Variant::kGeneric;
-    }
+    if (generic_pipeline_forced(p)) return Variant::kGeneric;
     return select_variant(p.num_tokens, p.num_pairs, p.hidden, p.rank, p.arch,
                           p.specialized_built);
   }
@@ -413,6 +410,11 @@ Variant choose_variant(const ProblemDesc& p) {
 }
 
 }  // namespace
+
+bool generic_pipeline_forced(const ProblemDesc& p) {
+  return p.grouped.value_or(false) || p.order_remap.value_or(false) ||
+         p.fused_decode.value_or(false);
+}
 
 PlanChoice choose_cake_plan(const ProblemDesc& p) {
   PlanChoice c;

@@ -121,6 +121,7 @@ RouteIndexLayout route_index_layout(int64_t num_tokens);
 struct GroupedGeometry {
   bool fused_index = false;
   int stage = 0;
+  int two_kernel_stage = 0;  ///< the staging form (0-2) that a fused stage 4 replaces
 };
 /// `index_override` 0 / 1 forces hist -> scan -> scatter / the one-CTA index (tests, benches);
 /// -1 picks. InvalidArgument("grouped_index") when the one-CTA index is forced past 16384 pairs.
@@ -130,9 +131,9 @@ struct GroupedGeometry {
 /// its staging keeps 4 CTAs per SM (H <= 3072; H200: 2-8 % faster there, 0-5 % slower at rank 32).
 GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override = -1,
                                  int64_t bins = 0, int64_t rank = 0);
-/// The grouped form the CUDA runtime launches on `arch`: `chosen` (grouped_geometry's), unless it
-/// is the fused stage 4 and `arch` is not SM90 (the only place it was measured), then
-/// `two_kernel` (grouped_geometry's choice without the rank); `forced` (>= 0: an A/B switch's
+/// The grouped form the CUDA runtime launches on `arch`: `chosen` (grouped_geometry's stage),
+/// unless it is the fused stage 4 and `arch` is not SM90 (the only place it was measured), then
+/// `two_kernel` (its two_kernel_stage); `forced` (>= 0: an A/B switch's
 /// stage, already capped to what fits H) replaces it, except stage 4 where clusters are missing
 /// (before SM90).
 int grouped_runtime_stage(int chosen, int two_kernel, int forced, Arch arch);
@@ -200,6 +201,9 @@ struct ProblemDesc {
 /// and Unsupported("variant") when its unit is not built; schedule_override raises
 /// InvalidArgument("schedule_id") outside 0..2 or on a plan that is not specialized.
 PlanChoice choose_cake_plan(const ProblemDesc& problem);
+/// A pipeline the caller forced on (grouped, order_remap or fused_decode = true): each exists
+/// only in the generic variant, so the selector keeps such a plan generic.
+bool generic_pipeline_forced(const ProblemDesc& problem);
 /// The portable choice (spec §9): no schedule, no shrink launch, reason recorded.
 PlanChoice choose_portable_plan(const std::string& reason);
 

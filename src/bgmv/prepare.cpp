@@ -44,14 +44,12 @@ int variant_from_env() {
 /// The variant override of a plan: PrepareInternals wins; else the environment, where
 /// "specialized" applies only to plans that can take it (a built specialized shape without a
 /// forced grouped / order_remap / fused_decode), so whole tables can be A/B run.
-int variant_override(const detail::PrepareInternals& internals, const BgmvOptions& options,
-                     const ProblemDesc& desc) {
+int variant_override(const detail::PrepareInternals& internals, const ProblemDesc& desc) {
   if (internals.variant_override >= 0) return internals.variant_override;
   const int env = variant_from_env();
   if (env != 1) return env;
   const bool can = is_specialized_shape(desc.hidden, desc.rank) && desc.specialized_built &&
-                   !options.grouped.value_or(false) && !options.order_remap.value_or(false) &&
-                   !options.fused_decode.value_or(false);
+                   !generic_pipeline_forced(desc);
   return can ? 1 : -1;
 }
 
@@ -129,7 +127,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     }
     // NOTE: the CPU backend emulates an H200 build with every unit (same bits either way).
     desc.specialized_built = on_cpu || detail::specialized_unit_built(s.hidden);
-    desc.variant_override = variant_override(internals, options, desc);
+    desc.variant_override = variant_override(internals, desc);
     desc.schedule_override = internals.specialized_schedule;
     desc.fused_blocks_per_sm = on_cpu
                                    ? kCpuEmulatedFusedBlocksPerSm
