@@ -93,10 +93,11 @@ struct ReferencePoint {
   double us;
 };
 
-/// The row of shape (H 3072, R 32, T, k, L, E 128), or nullptr.
-const Row* find_row(const std::vector<Row>& rows, int64_t tokens, int64_t top_k, int64_t loras) {
+/// The row of shape (H, R 32, T, k, L, E 128), or nullptr.
+const Row* find_row(const std::vector<Row>& rows, int64_t hidden, int64_t tokens, int64_t top_k,
+                    int64_t loras) {
   for (const Row& r : rows) {
-    if (r.s.hidden == 3072 && r.s.rank == 32 && r.s.tokens == tokens && r.s.top_k == top_k &&
+    if (r.s.hidden == hidden && r.s.rank == 32 && r.s.tokens == tokens && r.s.top_k == top_k &&
         r.s.loras == loras && r.s.experts == 128) {
       return &r;
     }
@@ -119,15 +120,11 @@ void print_targets(const std::vector<Row>& rows) {
                                  {2688, 1024, 237.1}};
   std::printf("targets (#4):\n");
   for (const VllmPoint& v : kVllm) {
-    for (const Row& r : rows) {
-      if (r.s.hidden != v.hidden || r.s.tokens != v.tokens || r.s.rank != 32 || r.s.top_k != 2 ||
-          r.s.loras != 4 || r.s.experts != 128) {
-        continue;
-      }
-      std::printf("  vLLM H %lld T %lld: %.2f us vs %.1f = %.2fx (3x needs <= %.1f) %s\n",
-                  (long long)v.hidden, (long long)v.tokens, r.cake_us, v.us, v.us / r.cake_us,
-                  v.us / 3, r.cake_us <= v.us / 3 ? "met" : "MISSED");
-    }
+    const Row* r = find_row(rows, v.hidden, v.tokens, 2, 4);
+    if (r == nullptr) continue;
+    std::printf("  vLLM H %lld T %lld: %.2f us vs %.1f = %.2fx (3x needs <= %.1f) %s\n",
+                (long long)v.hidden, (long long)v.tokens, r->cake_us, v.us, v.us / r->cake_us,
+                v.us / 3, r->cake_us <= v.us / 3 ? "met" : "MISSED");
   }
   int decode = 0, decode_met = 0, large = 0, large_met = 0, slower = 0;
   const Row* worst_decode = nullptr;
@@ -157,7 +154,7 @@ void print_targets(const std::vector<Row>& rows) {
       {1, 2, 4, 22.4},     {8, 2, 4, 34.6},      {32, 2, 4, 24.0},  {256, 2, 4, 87.7},
       {1024, 2, 4, 292.2}, {2048, 2, 4, 566.3}, {1024, 8, 4, 1102.0}};
   for (const ReferencePoint& f : kFlashInferPortableH200) {
-    const Row* r = find_row(rows, f.tokens, f.top_k, f.loras);
+    const Row* r = find_row(rows, 3072, f.tokens, f.top_k, f.loras);
     if (r == nullptr) continue;
     std::printf("  portable vs FlashInfer portable (H200) T %lld k %lld: %.2f us vs %.1f %s\n",
                 (long long)f.tokens, (long long)f.top_k, r->portable_us, f.us,
@@ -166,7 +163,7 @@ void print_targets(const std::vector<Row>& rows) {
   constexpr ReferencePoint kFlashInferCakeGb200[] = {
       {1, 2, 8, 16.3}, {32, 2, 8, 13.3}, {256, 2, 8, 43.6}, {1024, 2, 8, 116.3}};
   for (const ReferencePoint& f : kFlashInferCakeGb200) {
-    const Row* r = find_row(rows, f.tokens, f.top_k, f.loras);
+    const Row* r = find_row(rows, 3072, f.tokens, f.top_k, f.loras);
     if (r == nullptr) continue;
     std::printf("  Cake vs FlashInfer Cake (GB200) T %lld: %.2f us vs %.1f (%.2fx)\n",
                 (long long)f.tokens, r->cake_us, f.us, f.us / r->cake_us);
