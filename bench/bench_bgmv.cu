@@ -50,16 +50,7 @@ Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_bu
   {
     bgmv::BgmvPlan cake = bgmv::prepare_bgmv_moe(in.x, {in.a}, {in.b}, in.sorted, in.experts,
                                                  in.loras, in.weights, s.experts);
-    const auto launch = cake.shrink_launch();
-    row.plan =
-        cake.backend_used() +
-        (cake.variant() == "specialized"
-             ? " spec s" + std::to_string(cake.schedule_id().value_or(-1))
-             : "") +
-        (cake.fused_decode() ? " fused" : "") + (cake.grouped() ? (cake.grouped_fused() ? " grouped-fused" : " grouped") : "") +
-        (cake.order_remap() ? " remap" : "") +
-        (launch ? " f" + std::to_string(launch->form) + "s" + std::to_string(launch->splits) : "") +
-        " pdl" + std::to_string(cake.pdl_mode());
+    row.plan = plan_label(cake);
     row.cake_us = bench.time_plan(cake);
   }
   {
@@ -151,7 +142,7 @@ void print_targets(const std::vector<Row>& rows) {
   std::printf("  T >= 512: %d of %d rows at >= 80 %% of bytes_min\n", large_met, large);
   std::printf("  Cake not faster than portable: %d of %zu rows\n", slower, rows.size());
   constexpr ReferencePoint kFlashInferPortableH200[] = {
-      {1, 2, 4, 22.4},     {8, 2, 4, 34.6},      {32, 2, 4, 24.0},  {256, 2, 4, 87.7},
+      {1, 2, 4, 22.4},     {8, 2, 4, 34.6},     {32, 2, 4, 24.0},    {256, 2, 4, 87.7},
       {1024, 2, 4, 292.2}, {2048, 2, 4, 566.3}, {1024, 8, 4, 1102.0}};
   for (const ReferencePoint& f : kFlashInferPortableH200) {
     const Row* r = find_row(rows, 3072, f.tokens, f.top_k, f.loras);

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "bench_hash.cuh"
@@ -64,6 +65,22 @@ struct TableBuffers {
   TableBuffers(const TableBuffers&) = delete;
   TableBuffers& operator=(const TableBuffers&) = delete;
 };
+
+/// A plan's label in the tables: backend, variant and schedule, pipeline, shrink form and splits,
+/// PDL mode (e.g. "cake grouped-fused f0s1 pdl0", "cake spec s1 pdl0").
+std::string plan_label(const bgmv::BgmvPlan& plan) {
+  const auto launch = plan.shrink_launch();
+  return plan.backend_used() +
+         (plan.variant() == "specialized"
+              ? " spec s" + std::to_string(plan.schedule_id().value_or(-1))
+              : "") +
+         (plan.fused_decode() ? " fused" : "") +
+         (plan.grouped() ? (plan.grouped_fused() ? " grouped-fused" : " grouped") : "") +
+         (plan.order_remap() ? " remap" : "") +
+         (launch ? " f" + std::to_string(launch->form) + "s" + std::to_string(launch->splits)
+                 : "") +
+         " pdl" + std::to_string(plan.pdl_mode());
+}
 
 /// The line a table prints when its --budget ran out before its last shape.
 void report_budget_stop(size_t done, size_t total, double budget_s) {

@@ -130,16 +130,10 @@ void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_
   std::shared_ptr<bgmv::BgmvPlan::Impl> impl = bgmv::detail::prepare_impl(
       in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras, in.weights, s.experts, {}, generic);
   bgmv::BgmvPlan plan(impl);
-  const auto launch = plan.shrink_launch();
-  std::printf(
-      "H %lld R %lld T %lld k %lld L %lld E %lld (U %lld, P %lld): %s%s%s%s pdl%d\n",
-      (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
-      (long long)s.loras, (long long)s.experts, (long long)u, (long long)p,
-      plan.backend_used().c_str(), plan.grouped() ? " grouped" : "",
-      plan.order_remap() ? " remap" : "",
-      launch ? (" f" + std::to_string(launch->form) + "s" + std::to_string(launch->splits)).c_str()
-             : "",
-      plan.pdl_mode());
+  std::printf("H %lld R %lld T %lld k %lld L %lld E %lld (U %lld, P %lld): %s\n",
+              (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
+              (long long)s.loras, (long long)s.experts, (long long)u, (long long)p,
+              plan_label(plan).c_str());
   std::vector<StageRow> rows;
   rows.push_back({"whole plan", bench.time_plan(plan), bytes_min(s, u), bytes_min(s, p)});
   {
