@@ -60,6 +60,19 @@ inline std::string describe(const Case& c) {
   return describe(c.spec) + " P=" + std::to_string(c.num_pairs());
 }
 
+/// The case of `s` with routing edge cases added: token 2 without LoRA, padding pairs (token -1,
+/// token T and token -7), and an extra route for token 1 (P != k T: the route-index path).
+inline Case case_with_edge_routes(CaseSpec s) {
+  s.nan_unused_blocks = false;  // the extra route reads a block no other route reads
+  Case c = bgmv_test::make_case(s);
+  c.lora_indices[2] = -1;
+  c.add_pair(-1, 0, 0.0f);
+  c.add_pair(c.spec.tokens, 0, 0.0f);
+  c.add_pair(1, 0, 0.25f);
+  c.add_pair(-7, 3, 0.5f);
+  return c;
+}
+
 /// A host case (bgmv_case.h) plus device copies of every operand.
 struct GpuCase {
   Case host;

@@ -115,14 +115,8 @@ TEST(BgmvDecodeFusedGpu, TailsUnevenSplitsExpertSorted) {
 TEST(BgmvDecodeFusedGpu, PaddingNoLoraExtraRoutesAndMaxPairs) {
   CAKEMOE_REQUIRE_GPU();
   for (DType dtype : {DType::kBF16, DType::kFP16}) {
-    CaseSpec s = fused_spec(dtype, 3072, 32, 6, 2, PairOrder::kSlotMajor, 970);
-    s.nan_unused_blocks = false;  // the extra route reads a block no other route reads
-    Case c = bgmv_test::make_case(s);
-    c.lora_indices[2] = -1;
-    c.add_pair(-1, 0, 0.0f);
-    c.add_pair(c.spec.tokens, 0, 0.0f);
-    c.add_pair(1, 0, 0.25f);
-    c.add_pair(-7, 3, 0.5f);
+    const Case c =
+        case_with_edge_routes(fused_spec(dtype, 3072, 32, 6, 2, PairOrder::kSlotMajor, 970));
     GpuCase padded(c);
     check_fused(padded, 8, "padding/no-LoRA/extra " + describe(c));
 

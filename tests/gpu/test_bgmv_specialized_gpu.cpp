@@ -128,14 +128,8 @@ TEST(BgmvSpecializedGpu, SmallPaddingNoLoraExtraAndScannedRoutes) {
   CAKEMOE_REQUIRE_SPECIALIZED(2688);
   CAKEMOE_REQUIRE_SPECIALIZED(3072);
   for (DType dtype : {DType::kBF16, DType::kFP16}) {
-    CaseSpec s = special_spec(dtype, 2688, 6, 2, PairOrder::kSlotMajor, 3300);
-    s.nan_unused_blocks = false;  // the extra route reads a block no other route reads
-    Case c = bgmv_test::make_case(s);
-    c.lora_indices[2] = -1;
-    c.add_pair(-1, 0, 0.0f);
-    c.add_pair(c.spec.tokens, 0, 0.0f);
-    c.add_pair(1, 0, 0.25f);
-    c.add_pair(-7, 3, 0.5f);
+    const Case c =
+        case_with_edge_routes(special_spec(dtype, 2688, 6, 2, PairOrder::kSlotMajor, 3300));
     GpuCase padded(c);
     check_specialized(padded, "padding/no-LoRA/extra " + describe(c));
 
