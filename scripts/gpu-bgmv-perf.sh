@@ -11,7 +11,8 @@
 #
 # --ncu-source: one launch of the kernels matching KERNEL_REGEX under ncu's full set with source
 # counters, the details page and the per-instruction SASS view with CUDA lines (builds with
-# -lineinfo, which changes no code) into ncu_source.txt.
+# -lineinfo, which changes no code) into ncu_source.txt. The warp sampler runs at its finest
+# interval (2^5 cycles): at the default a 10 µs kernel on one SM gets too few samples to name a line.
 #
 # --sanitize=FILTER: test_gpu under compute-sanitizer memcheck, racecheck and synccheck on FILTER.
 #
@@ -117,11 +118,11 @@ if [[ -n "$ncu_source" ]] && command -v ncu >/dev/null 2>&1; then
   log="$out/ncu_source.txt"
   echo "kernels $regex, shape $shape: details page (full set)" >"$log"
   step "ncu source $ncu_source" "$log" 90 ncu --clock-control none --graph-profiling node \
-    --kernel-name regex:"$regex" --launch-count 1 --set full --import-source yes \
+    --kernel-name regex:"$regex" --launch-count 1 --set full --import-source yes --warp-sampling-interval 0 \
     "$bench" --shape="$shape" --reps=1
   echo "==== per-instruction source view (sass, cuda)" >>"$log"
   step "ncu source page" "$log" 90 ncu --clock-control none --graph-profiling node \
-    --kernel-name regex:"$regex" --launch-count 1 --set full --import-source yes \
+    --kernel-name regex:"$regex" --launch-count 1 --set full --import-source yes --warp-sampling-interval 0 \
     --page source --print-source cuda,sass --csv "$bench" --shape="$shape" --reps=1
 fi
 echo "total:  $SECONDS s (budget $budget s)" >>"$summary"
