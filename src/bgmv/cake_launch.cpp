@@ -92,12 +92,16 @@ void launch_portable(const PortableParams& params, void* stream) {
   }
   static const auto shrink = reinterpret_cast<PortableUnitLaunch>(find_unit("portable_shrink", 0));
   static const auto expand = reinterpret_cast<PortableUnitLaunch>(find_unit("portable_expand", 0));
-  const auto s = static_cast<cudaStream_t>(stream);
-  // spec §2 rule 4: the portable plan zeroes both outputs inside the (captured) sequence.
-  const size_t shrink_bytes = static_cast<size_t>(params.S * params.P * params.R) * 2;
-  const size_t y_bytes = static_cast<size_t>(params.T * params.S * params.F) * sizeof(float);
-  if (shrink_bytes > 0) CAKEMOE_CUDA_CHECK(cudaMemsetAsync(params.shrink_out, 0, shrink_bytes, s));
-  if (y_bytes > 0) CAKEMOE_CUDA_CHECK(cudaMemsetAsync(params.y, 0, y_bytes, s));
+  // spec §2 rule 4: the portable plan writes both outputs whole inside the (captured) sequence:
+  // the shrink writes every row (zeros without a LoRA) and zeroes y before the expand's atomics.
+  if (params.P == 0) {
+    const size_t y_bytes = static_cast<size_t>(params.T * params.S * params.F) * sizeof(float);
+    if (y_bytes > 0) {
+      CAKEMOE_CUDA_CHECK(
+          cudaMemsetAsync(params.y, 0, y_bytes, static_cast<cudaStream_t>(stream)));
+    }
+    return;
+  }
   shrink(params, stream);
   expand(params, stream);
 }

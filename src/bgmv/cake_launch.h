@@ -66,10 +66,14 @@ struct PortableParams {
   void* shrink_out = nullptr;                   ///< [S, P, R] contiguous, weight dtype
   float* y = nullptr;                           ///< [T, S*F] contiguous
   int64_t T = 0, H = 0, F = 0, R = 0, P = 0, L = 0, E = 0;
+  /// 1 (compute capability >= 9.0): the expand is a programmatic dependent of the shrink and
+  /// reads its indices and B before it waits for the shrink rows.
+  int pdl = 0;
 };
 
-/// memset(shrink_out) + memset(y) + shrink + weighted expand (FP32 atomics on y: tokens with
-/// three or more routes may differ in the last bits between replays).
+/// shrink (which also writes the rows of pairs without a LoRA and zeroes y) + weighted expand
+/// (FP32 atomics on y: tokens with three or more routes may differ in the last bits between
+/// replays); with no pairs, a memset of y.
 void launch_portable(const PortableParams& params, void* stream);
 
 /// Kernel-unit launcher signatures (registry: pipeline "bgmv"; stages "cake_shrink",

@@ -288,6 +288,7 @@ void setup_cuda_plan(BgmvPlan::Impl& impl, Arch arch) {
                                 std::to_string(cap.major) + "." + std::to_string(cap.minor));
     launch->path = CudaPath::kPortable;
     fill_portable(impl, launch->portable);
+    launch->portable.pdl = cap.major >= 9 ? 1 : 0;  // griddepcontrol: SM90 and later
   } else {
     fill_cake(impl, launch->cake);
     if (c.variant == Variant::kSpecialized) {

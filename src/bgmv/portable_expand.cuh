@@ -1,5 +1,5 @@
 // Portable fallback expand (spec §9): pair-owned, grid (P, ceil(F / 128), S) x 128 threads, one
-// thread per output column. Per route it builds the §3.2 rank-group partials (groups of 8 ranks,
+// thread per output column, a programmatic dependent of the shrink when p.pdl. Per route it builds the §3.2 rank-group partials (groups of 8 ranks,
 // the last one short), weights each one (fmaf(part, w, 0)), folds them with the butterfly over
 // the next power of two lanes and adds the result to y with an FP32 atomic.
 // NOTE: the atomics make y independent of pair order only up to rounding: a token with one route
@@ -21,7 +21,35 @@ namespace dev {
 
 constexpr int kPortableCols = 128;
 constexpr int kPortableMaxGroups = static_cast<int>(kPortableMaxRank / 8);
+static_assert(kPortableMaxGroups == 16, "portable_expand_kernel folds 16 group values");
 
+/// One level of the lane fold: v[i] += v[i + kOff] for i < kOff.
+template <int kOff>
+CAKEMOE_DEVICE void fold_level(float* v) {
+#pragma unroll
+  for (int i = 0; i < kOff; ++i) v[i] = v[i] + v[i + kOff];
+}
+
+/// Part of rank group g of one route (canonical: FMA over the group's ranks, then weighted).
+template <bool kFp16>
+CAKEMOE_DEVICE float group_part(const float* s_row, const uint4& b_vec, const uint16_t* b_row,
+                                int g, int64_t rank, bool vec, float w) {
+  float part = 0.0f;
+  if (vec) {  // R % 8 == 0 and 16-byte aligned rows: one vector per group
+    float bf[8];
+    unpack8<kFp16>(b_vec, bf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) part = fmaf(s_row[8 * g + i], bf[i], part);
+  } else {
+    const int64_t end = min(static_cast<int64_t>(8 * g + 8), rank);
+    for (int64_t r = 8 * g; r < end; ++r) part = fmaf(s_row[r], widen<kFp16>(b_row[r]), part);
+  }
+  return fmaf(part, w, 0.0f);
+}
+
+/// Token, expert, weight and the shrink row are read in one trip, the LoRA in a second, B's
+/// row in a third, all before griddepcontrol.wait (none of them is written by the shrink); only
+/// the shrink row's widening and the atomics wait for the shrink grid.
 template <bool kFp16>
 __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const PortableParams p,
                                                                         bool vec) {
@@ -29,38 +57,38 @@ __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const Po
   const int64_t pair = blockIdx.x;
   const int s = blockIdx.z;
   const int64_t t = p.sorted_token_ids[pair];
+  const int64_t e = p.expert_ids[pair];
+  const float w = p.topk_weights[pair];
   if (t < 0 || t >= p.T) return;
   const int64_t l = p.lora_indices[t];
   if (l < 0) return;
+  const int64_t col = static_cast<int64_t>(blockIdx.y) * kPortableCols + threadIdx.x;
+  const bool live = col < p.F;
+  const uint16_t* b_row =
+      static_cast<const uint16_t*>(p.lora_b[s]) + ((l * p.E + e) * p.F + (live ? col : 0)) * p.R;
+  const int groups = static_cast<int>((p.R + 7) / 8);
+  uint4 b_vec[kPortableMaxGroups];
+#pragma unroll
+  for (int g = 0; g < kPortableMaxGroups; ++g) {
+    if (vec && live && g < groups) b_vec[g] = *reinterpret_cast<const uint4*>(b_row + 8 * g);
+  }
+  dev::pdl_wait();  // the shrink rows (and y's zeros) are the shrink grid's
   const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out) + (s * p.P + pair) * p.R;
   for (int64_t r = threadIdx.x; r < p.R; r += kPortableCols) s_row[r] = widen<kFp16>(shrink[r]);
   __syncthreads();
-  const int64_t col = static_cast<int64_t>(blockIdx.y) * kPortableCols + threadIdx.x;
-  if (col >= p.F) return;
-  const float w = p.topk_weights[pair];
-  const uint16_t* b_row = static_cast<const uint16_t*>(p.lora_b[s]) +
-                          ((l * p.E + p.expert_ids[pair]) * p.F + col) * p.R;
-  const int groups = static_cast<int>((p.R + 7) / 8);
-  int lanes = 1;
-  while (lanes < groups) lanes *= 2;
+  if (!live) return;
   float v[kPortableMaxGroups];
-  for (int g = 0; g < lanes; ++g) {
-    float part = 0.0f;
-    if (g < groups && vec) {  // R % 8 == 0 and 16-byte aligned rows: one vector per group
-      float bf[8];
-      unpack8<kFp16>(*reinterpret_cast<const uint4*>(b_row + 8 * g), bf);
-      for (int i = 0; i < 8; ++i) part = fmaf(s_row[8 * g + i], bf[i], part);
-      part = fmaf(part, w, 0.0f);
-    } else if (g < groups) {
-      const int64_t end = min(static_cast<int64_t>(8 * g + 8), p.R);
-      for (int64_t r = 8 * g; r < end; ++r) part = fmaf(s_row[r], widen<kFp16>(b_row[r]), part);
-      part = fmaf(part, w, 0.0f);
-    }
-    v[g] = part;
+#pragma unroll
+  for (int g = 0; g < kPortableMaxGroups; ++g) {
+    v[g] = g < groups ? group_part<kFp16>(s_row, b_vec[g], b_row, g, p.R, vec, w) : 0.0f;
   }
-  for (int off = lanes / 2; off >= 1; off /= 2) {
-    for (int i = 0; i < off; ++i) v[i] = v[i] + v[i + off];
-  }
+  // The fold over the next power of two lanes L >= groups (offsets L / 2, ..., 1), written as
+  // the fold over all 16: the levels above L only add the +0 of empty groups, which leaves every
+  // value as it is but a -0 (made +0), and y, which starts at +0, cannot tell those apart.
+  fold_level<8>(v);
+  fold_level<4>(v);
+  fold_level<2>(v);
+  fold_level<1>(v);
   atomicAdd(p.y + t * (p.S * p.F) + s * p.F + col, v[0]);
 }
 
@@ -74,13 +102,19 @@ inline void launch_portable_expand_unit(const PortableParams& p, void* stream) {
   for (int s = 0; s < p.S; ++s) {
     vec = vec && reinterpret_cast<uintptr_t>(p.lora_b[s]) % 16 == 0;
   }
-  const auto stream_handle = static_cast<cudaStream_t>(stream);
-  if (p.dtype == 1) {
-    portable_expand_kernel<true><<<grid, kPortableCols, 0, stream_handle>>>(p, vec);
-  } else {
-    portable_expand_kernel<false><<<grid, kPortableCols, 0, stream_handle>>>(p, vec);
-  }
-  CAKEMOE_CUDA_CHECK(cudaGetLastError());
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kPortableCols);
+  config.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attribute[1] = {};
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = p.pdl != 0 ? 1 : 0;
+  const auto kernel = p.dtype == 1 ? portable_expand_kernel<true> : portable_expand_kernel<false>;
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, p, vec);
+  if (status != cudaSuccess) (void)cudaGetLastError();
+  CAKEMOE_CUDA_CHECK(status);
 }
 
 }  // namespace dev
