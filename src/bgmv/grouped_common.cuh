@@ -46,14 +46,17 @@ CAKEMOE_DEVICE void load8(const uint16_t* src, float* out) {
   }
 }
 
-/// In-place exclusive scan of data[0, n) (shared or global memory) by the whole block;
-/// `warp_sums` holds 32 ints of shared memory. Returns the total. Every thread must call it.
-CAKEMOE_DEVICE int block_exclusive_scan(int* data, int n, int* warp_sums) {
+/// In-place exclusive scan of data[0, n) (shared or global memory) by the whole block, of the
+/// values load(i, data[i]) (a pure function, called twice per element by the thread that scans
+/// it, so the transform needs no pass or barrier of its own); `warp_sums` holds 32 ints of shared
+/// memory. Returns the total. Every thread must call it.
+template <typename Load>
+CAKEMOE_DEVICE int block_exclusive_scan(int* data, int n, int* warp_sums, Load load) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int per = (n + blockDim.x - 1) / blockDim.x;
   const int begin = min(n, tid * per), end = min(n, begin + per);
   int local = 0;
-  for (int i = begin; i < end; ++i) local += data[i];
+  for (int i = begin; i < end; ++i) local += load(i, data[i]);
   int incl = local;
 #pragma unroll
   for (int off = 1; off < 32; off *= 2) {
@@ -76,12 +79,16 @@ CAKEMOE_DEVICE int block_exclusive_scan(int* data, int n, int* warp_sums) {
   int run = incl - local + (warp > 0 ? warp_sums[warp - 1] : 0);
   const int total = warp_sums[31];
   for (int i = begin; i < end; ++i) {
-    const int v = data[i];
+    const int v = load(i, data[i]);
     data[i] = run;
     run += v;
   }
   __syncthreads();
   return total;
+}
+
+CAKEMOE_DEVICE int block_exclusive_scan(int* data, int n, int* warp_sums) {
+  return block_exclusive_scan(data, n, warp_sums, [](int, int v) { return v; });
 }
 
 /// Stable placement of one round of blockDim.x items (thread order = ascending item order):

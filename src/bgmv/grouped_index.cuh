@@ -151,11 +151,12 @@ __global__ void __launch_bounds__(kGroupHistThreads) group_scatter_kernel(Groupe
 constexpr int kBinBits = 12;  // bins <= 4096
 constexpr int kIndexPairsPerThread = kGroupFusedIndexMaxPairs / kGroupIndexThreads;
 static_assert((kGroupFusedIndexMaxPairs << kBinBits) > 0, "key packing overflows");
+static_assert(kGroupFusedIndexMaxPairs <= (1 << 14), "the packed bin scan holds P in 15 bits");
 
-/// Shared memory of the one-CTA index: offsets and tile bases per bin, the key of every pair and,
-/// when they fit (kGroupIndexSmemTokens), the per-token route counts.
+/// Shared memory of the one-CTA index: offsets and tile bases per bin (packed), the key of every
+/// pair and, when they fit (kGroupIndexSmemTokens), the per-token route counts.
 CAKEMOE_HD int index_smem_ints(int bins, int pairs, int tokens) {
-  return 2 * bins + 1 + pairs + (tokens <= kGroupIndexSmemTokens ? tokens : 0);
+  return bins + 1 + pairs + (tokens <= kGroupIndexSmemTokens ? tokens : 0);
 }
 
 /// 1 CTA x 1024, dynamic smem index_smem_ints() ints: the whole index of the grouped pipeline in
@@ -168,9 +169,8 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   extern __shared__ int smem[];
   __shared__ int warp_sums[32];
   const int bins = p.num_loras * p.num_experts;
-  int* offs = smem;              // [bins + 1]: counts, then exclusive offsets
-  int* tiles = offs + bins + 1;  // [bins]: tile counts, then tile bases
-  int* key = tiles + bins;       // [P]: (place in bin << kBinBits) | bin, or -1
+  int* offs = smem;             // [bins + 1]: counts, then (route offset << 16 | tile base)
+  int* key = offs + bins + 1;   // [P]: (place in bin << kBinBits) | bin, or -1
   const bool smem_tokens = p.num_tokens <= kGroupIndexSmemTokens;
   int* token_count = smem_tokens ? key + p.num_pairs : nullptr;
   const GroupedWs w = grouped_ws(p);
@@ -220,25 +220,25 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   if (smem_tokens) {
     for (int t = tid; t < p.num_tokens; t += nt) w.token_count[t] = token_count[t];
   }
+  // One scan of (routes << 16 | tiles) per bin: route offsets in the high half, tile bases in the
+  // low half (at most P tiles, P <= 2^14: no carry between the halves, no sign overflow).
+  const int packed_total = block_exclusive_scan(offs, bins + 1, warp_sums, [&](int b, int count) {
+    return b < bins ? count << 16 | (count + kGroupTileRoutes - 1) / kGroupTileRoutes : 0;
+  });
+  const int ntiles = packed_total & 0xFFFF;
+  for (int b = tid; b <= bins; b += nt) w.bin_offset[b] = offs[b] >> 16;
   for (int b = tid; b < bins; b += nt) {
-    tiles[b] = (offs[b] + kGroupTileRoutes - 1) / kGroupTileRoutes;
-  }
-  __syncthreads();
-  block_exclusive_scan(offs, bins + 1, warp_sums);
-  const int ntiles = block_exclusive_scan(tiles, bins, warp_sums);
-  for (int b = tid; b <= bins; b += nt) w.bin_offset[b] = offs[b];
-  for (int b = tid; b < bins; b += nt) {
-    const int start = offs[b], count = offs[b + 1] - start;
+    const int start = offs[b] >> 16, count = (offs[b + 1] >> 16) - start;
+    const int tile = offs[b] & 0xFFFF;
     for (int k = 0; k * kGroupTileRoutes < count; ++k) {
       const int first = start + k * kGroupTileRoutes;
-      w.tile_info[tiles[b] + k] =
-          make_int4(first, min(kGroupTileRoutes, start + count - first), b, 0);
+      w.tile_info[tile + k] = make_int4(first, min(kGroupTileRoutes, start + count - first), b, 0);
     }
   }
   if (tid == 0) w.header[0] = ntiles;
   for (int i = tid; i < p.num_pairs; i += nt) {
     const int k = key[i];
-    if (k >= 0) w.sorted_routes[offs[k & ((1 << kBinBits) - 1)] + (k >> kBinBits)] = i;
+    if (k >= 0) w.sorted_routes[(offs[k & ((1 << kBinBits) - 1)] >> 16) + (k >> kBinBits)] = i;
   }
 }
 
