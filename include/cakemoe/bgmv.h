@@ -32,7 +32,9 @@ struct BgmvOptions {
   std::optional<bool> fused_decode;
 };
 
-/// Shrink launch shape of the generic Cake variant: (form, splits) (spec §4.1).
+/// Shrink launch shape of the generic Cake variant: (form, splits) (spec §4.1). Forms: 0 a
+/// 2-stage cp.async ring, 2 a 3-stage ring, 3 four k tiles per trip through registers; the bits
+/// depend on splits only.
 struct ShrinkLaunch {
   int form = 0;
   int splits = 1;

@@ -24,6 +24,7 @@ constexpr int64_t kDeepRingBlackwellMaxCtas = 1024;
 constexpr int64_t kDeepRingBlackwellMinHidden = 4096;
 constexpr int kFormPrefill = 0;
 constexpr int kFormPrefillDeep = 2;
+constexpr int kFormRegisters = 3;  // x and A of 4 k tiles per trip in registers, no ring
 
 // spec §4.4 PDL: expand CTAs per SM that still count as a "small" grid, at 128 columns per CTA.
 constexpr int64_t kPdlExpandCols = 128;
@@ -442,6 +443,18 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
     return c;
   }
   ShrinkLaunch shrink = select_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch);
+  if (p.shrink_override.has_value()) {
+    shrink = *p.shrink_override;
+    core::require(shrink.form == kFormPrefill || shrink.form == kFormPrefillDeep ||
+                      shrink.form == kFormRegisters,
+                  "shrink_launch", "form must be 0, 2 or 3, got " + std::to_string(shrink.form));
+    core::require(shrink.splits >= 1 && shrink.splits <= kSplitMax &&
+                      (shrink.splits == 1 || p.num_pairs <= kSplitMaxPairs),
+                  "shrink_launch",
+                  "splits must be 1.." + std::to_string(kSplitMax) + ", and 1 above " +
+                      std::to_string(kSplitMaxPairs) + " pairs, got " +
+                      std::to_string(shrink.splits));
+  }
   const int64_t bins = p.num_loras * p.num_experts;
   const bool sm90 = p.arch == Arch::kSm90a;
   c.grouped =
@@ -490,7 +503,8 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
                       " CTAs) must be co-resident (" + std::to_string(p.fused_blocks_per_sm) +
                       " per SM x " + std::to_string(p.num_sms) + " SMs) with num_pairs <= 128");
     c.fused_decode = true;
-  } else if (!p.fused_decode.has_value() && !c.grouped && !c.order_remap) {
+  } else if (!p.fused_decode.has_value() && !c.grouped && !c.order_remap &&
+             !p.shrink_override.has_value()) {
     c.fused_decode = select_fused_decode(p.num_tokens, p.num_pairs, p.hidden, p.rank, shrink.splits,
                                          p.arch, p.num_sms, p.fused_blocks_per_sm);
   }

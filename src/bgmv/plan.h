@@ -190,6 +190,9 @@ struct ProblemDesc {
   int fused_blocks_per_sm = 0;       ///< occupancy of the fused kernel (0: not built)
   int variant_override = -1;         ///< -1 select_variant, 0 generic, 1 specialized (forced)
   int schedule_override = -1;        ///< specialized schedule 0 / 1 / 2 forced; -1 selector
+  /// Generic shrink (form 0 / 2 / 3, splits) forced instead of select_generic_shrink's (A/B runs);
+  /// the fused decode heuristic then stays off.
+  std::optional<ShrinkLaunch> shrink_override;
 };
 /// The Cake choice for a problem inside the support set. Throws InvalidArgument("order_remap")
 /// when order_remap is forced together with grouped or the specialized variant (spec §10 rule 15),
@@ -199,7 +202,9 @@ struct ProblemDesc {
 /// (variant_override 1) raises InvalidArgument("variant") outside the specialized shapes,
 /// InvalidArgument("grouped" / "order_remap" / "fused_decode") when that pipeline is forced too,
 /// and Unsupported("variant") when its unit is not built; schedule_override raises
-/// InvalidArgument("schedule_id") outside 0..2 or on a plan that is not specialized.
+/// InvalidArgument("schedule_id") outside 0..2 or on a plan that is not specialized;
+/// shrink_override raises InvalidArgument("shrink_launch") for a form other than 0, 2, 3, splits
+/// outside 1..8, or splits > 1 with more than 128 pairs.
 PlanChoice choose_cake_plan(const ProblemDesc& problem);
 /// A pipeline the caller forced on (grouped, order_remap or fused_decode = true): each exists
 /// only in the generic variant, so the selector keeps such a plan generic.

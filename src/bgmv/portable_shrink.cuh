@@ -44,13 +44,16 @@ CAKEMOE_DEVICE void zero_y_share(const PortableParams& p) {
   }
 }
 
-/// k tiles whose loads one thread has in flight at once: H <= 4096 is a single trip.
+/// k tiles whose loads one thread has in flight at once: H <= 4096 is a single trip. That takes
+/// ~180 registers (2 CTAs per SM), which pays only while the grid is small; larger grids take one
+/// tile per trip at higher occupancy (kPortableDeepMaxCtas).
 constexpr int kPortablePrefetchTiles = 4;
+constexpr int64_t kPortableDeepMaxCtas = 1024;
 
 /// grid (P, ceil(R / 8), S) x 128. Token and expert are read in one trip, the LoRA in a second,
-/// then x and A for up to kPortablePrefetchTiles k tiles in a third, all before the first FMA;
+/// then x and A for kDepth k tiles in a third, all before the first FMA;
 /// the FMA order is the canonical one (each thread's k tiles ascending).
-template <bool kFp16>
+template <bool kFp16, int kDepth>
 __global__ void __launch_bounds__(kPortableThreads) portable_shrink_kernel(const PortableParams p,
                                                                            bool vec) {
   __shared__ float warp_sums[kPortableThreads / kWarp][kPortableRankTile];
@@ -75,11 +78,11 @@ __global__ void __launch_bounds__(kPortableThreads) portable_shrink_kernel(const
 #pragma unroll
   for (int i = 0; i < kPortableRankTile; ++i) acc[i] = 0.0f;
   if (vec) {
-    constexpr int64_t kStep = kPortablePrefetchTiles * kPortableTile;
+    constexpr int64_t kStep = kDepth * kPortableTile;
     for (int64_t k0 = 8 * tid; k0 < p.H; k0 += kStep) {
-      uint4 xv[kPortablePrefetchTiles], av[kPortablePrefetchTiles][kPortableRankTile];
+      uint4 xv[kDepth], av[kDepth][kPortableRankTile];
 #pragma unroll
-      for (int d = 0; d < kPortablePrefetchTiles; ++d) {
+      for (int d = 0; d < kDepth; ++d) {
         const int64_t k = k0 + d * kPortableTile;
         if (k >= p.H) continue;
         xv[d] = *reinterpret_cast<const uint4*>(x_row + k);
@@ -89,7 +92,7 @@ __global__ void __launch_bounds__(kPortableThreads) portable_shrink_kernel(const
         }
       }
 #pragma unroll
-      for (int d = 0; d < kPortablePrefetchTiles; ++d) {
+      for (int d = 0; d < kDepth; ++d) {
         if (k0 + d * kPortableTile >= p.H) continue;
         float xf[8];
         unpack8<kFp16>(xv[d], xf);
@@ -144,7 +147,12 @@ inline void launch_portable_shrink_unit(const PortableParams& p, void* stream) {
                   static_cast<unsigned>((p.R + kPortableRankTile - 1) / kPortableRankTile),
                   static_cast<unsigned>(p.S));
   const auto s = static_cast<cudaStream_t>(stream);
-  const auto kernel = p.dtype == 1 ? portable_shrink_kernel<true> : portable_shrink_kernel<false>;
+  const bool deep = static_cast<int64_t>(grid.x) * grid.y * grid.z <= kPortableDeepMaxCtas;
+  const auto kernel =
+      p.dtype == 1 ? (deep ? portable_shrink_kernel<true, kPortablePrefetchTiles>
+                           : portable_shrink_kernel<true, 1>)
+                   : (deep ? portable_shrink_kernel<false, kPortablePrefetchTiles>
+                           : portable_shrink_kernel<false, 1>);
   kernel<<<grid, kPortableThreads, 0, s>>>(p, vec);
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }

@@ -1,4 +1,5 @@
 // prepare_bgmv_moe (spec bgmv §1, §9, §10): validation, path choice, workspace allocation.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -51,6 +52,19 @@ int variant_override(const detail::PrepareInternals& internals, const ProblemDes
   const bool can = is_specialized_shape(desc.hidden, desc.rank) && desc.specialized_built &&
                    !generic_pipeline_forced(desc);
   return can ? 1 : -1;
+}
+
+// CAKEMOE_BGMV_SHRINK=FORM:SPLITS (A/B runs): the generic shrink launch instead of the selector's.
+std::optional<ShrinkLaunch> shrink_from_env() {
+  const char* env = std::getenv("CAKEMOE_BGMV_SHRINK");
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  ShrinkLaunch launch;
+  char tail = 0;
+  if (std::sscanf(env, "%d:%d%c", &launch.form, &launch.splits, &tail) != 2) {
+    throw InvalidArgument("CAKEMOE_BGMV_SHRINK",
+                          std::string("must be FORM:SPLITS (e.g. 3:1), got '") + env + "'");
+  }
+  return launch;
 }
 
 bool print_plan_requested() {
@@ -129,6 +143,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     desc.specialized_built = on_cpu || detail::specialized_unit_built(s.hidden);
     desc.variant_override = variant_override(internals, desc);
     desc.schedule_override = internals.specialized_schedule;
+    desc.shrink_override = shrink_from_env();
     desc.fused_blocks_per_sm = on_cpu
                                    ? kCpuEmulatedFusedBlocksPerSm
                                    : detail::fused_decode_blocks_per_sm(s.dtype, s.rank, s.device);

@@ -1,5 +1,6 @@
 // Cake generic shrink (spec §4.1, §4.2): one CTA = one pair x 8 rank rows x one hidden split,
-// 128 threads, K streamed in 1024-wide tiles through a cp.async ring. Canonical FP32 order of
+// 128 threads, K streamed in 1024-wide tiles through a cp.async ring (kStages 2 or 3) or, with
+// kStages 0 (form 3), up to 4 tiles at once through registers. Canonical FP32 order of
 // §3.2 (docs/decisions/bgmv.md); route publishing of §3.3 by the split-0, rank-block-0 CTA.
 #pragma once
 
@@ -71,6 +72,45 @@ CAKEMOE_DEVICE void shrink_tile_loop(uint4* ring, int64_t t0, int64_t t1, int64_
     }
   }
   cp_async_wait<0>();
+}
+
+/// k tiles of the register form whose loads one thread has in flight at once.
+constexpr int kShrinkRegTiles = 4;
+
+/// Form 3: the same per-thread fma chains with no ring. x and A of kShrinkRegTiles k tiles go to
+/// registers before the first FMA (H <= 4096 in one trip). Chunks past H are skipped: bitwise the
+/// ring's zero-filled FMAs (fma(0, 0, acc) == acc for acc != -0, and acc starts at +0).
+template <bool kFp16>
+CAKEMOE_DEVICE void shrink_tile_registers(int64_t t0, int64_t t1, int64_t hidden,
+                                          const uint16_t* x_row, const uint16_t* a_rows,
+                                          float* acc) {
+  const int64_t lane_k = 8 * static_cast<int64_t>(threadIdx.x);
+  for (int64_t base = t0; base < t1; base += kShrinkRegTiles) {
+    uint4 xv[kShrinkRegTiles], av[kShrinkRegTiles][kRankTile];
+#pragma unroll
+    for (int d = 0; d < kShrinkRegTiles; ++d) {
+      const int64_t k = (base + d) * kShrinkTile + lane_k;
+      if (base + d >= t1 || k >= hidden) continue;
+      xv[d] = *reinterpret_cast<const uint4*>(x_row + k);
+#pragma unroll
+      for (int i = 0; i < kRankTile; ++i) {
+        av[d][i] = *reinterpret_cast<const uint4*>(a_rows + i * hidden + k);
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < kShrinkRegTiles; ++d) {
+      if (base + d >= t1 || (base + d) * kShrinkTile + lane_k >= hidden) continue;
+      float xf[8];
+      unpack8<kFp16>(xv[d], xf);
+#pragma unroll
+      for (int i = 0; i < kRankTile; ++i) {
+        float af[8];
+        unpack8<kFp16>(av[d][i], af);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[i] = fmaf(xf[e], af[e], acc[i]);
+      }
+    }
+  }
 }
 
 /// The end of a shrink CTA (spec §3.2, §4.2): warp XOR butterflies of the 8 accumulators, the 4
@@ -188,7 +228,11 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   float acc[kRankTile];
 #pragma unroll
   for (int i = 0; i < kRankTile; ++i) acc[i] = 0.0f;
-  shrink_tile_loop<kFp16, kStages>(ring, t0, t1, p.H, x_row, a_rows, acc);
+  if constexpr (kStages == 0) {
+    shrink_tile_registers<kFp16>(t0, t1, p.H, x_row, a_rows, acc);
+  } else {
+    shrink_tile_loop<kFp16, kStages>(ring, t0, t1, p.H, x_row, a_rows, acc);
+  }
   if (p.pdl_mode == 2) pdl_trigger();
 
   shrink_reduce_store<kFp16, kRank>(p, ri, pair, rb, z, acc, warp_sums, &last_split, out);

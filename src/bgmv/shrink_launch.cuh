@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "bgmv/cake_launch.h"
 #include "bgmv/shrink_cake.cuh"
@@ -43,25 +44,33 @@ void launch_shrink_instance(const CakeParams& p, cudaStream_t stream) {
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
 
-/// The unit launcher: form 0 = 2-stage ring, form 2 = 3-stage ring; dtype 0 bf16, 1 fp16.
+/// The unit launcher: form 0 = 2-stage ring, form 2 = 3-stage ring, form 3 = registers (4 k
+/// tiles per trip); dtype 0 bf16, 1 fp16.
 template <int kRank>
 void launch_cake_shrink_rank(const CakeParams& p, void* stream) {
   if (p.R != kRank) throw InvalidArgument("rank", "the shrink unit was built for another rank");
-  if (p.form != 0 && p.form != 2) {
-    throw Unsupported("shrink_launch", "only shrink forms 0 and 2 are built");
+  if (p.form != 0 && p.form != 2 && p.form != 3) {
+    throw Unsupported("shrink_launch", "only shrink forms 0, 2 and 3 are built");
   }
   if (p.splits < 1 || p.splits > kMaxSplits || (p.splits > 1 && p.P > kMaxSplitPairs)) {
     throw InvalidArgument("shrink_launch", "splits must be 1..8, and 1 when P > 128");
   }
   if (p.P <= 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool deep = p.form == 2;
+  const auto launch = [&](auto fp16) {
+    constexpr bool kFp16 = decltype(fp16)::value;
+    if (p.form == 3) {
+      launch_shrink_instance<kFp16, kRank, 0>(p, s);
+    } else if (p.form == 2) {
+      launch_shrink_instance<kFp16, kRank, 3>(p, s);
+    } else {
+      launch_shrink_instance<kFp16, kRank, 2>(p, s);
+    }
+  };
   if (p.dtype == 1) {
-    deep ? launch_shrink_instance<true, kRank, 3>(p, s)
-         : launch_shrink_instance<true, kRank, 2>(p, s);
+    launch(std::true_type{});
   } else {
-    deep ? launch_shrink_instance<false, kRank, 3>(p, s)
-         : launch_shrink_instance<false, kRank, 2>(p, s);
+    launch(std::false_type{});
   }
 }
 

@@ -141,6 +141,35 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
   EXPECT_TRUE(env_forced);
 }
 
+TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
+  // 3072/32/T1/k2 picks the fused decode with the selector's (form 2, splits 3).
+  ProblemDesc d = h200_desc(1, 2, 3072, 32);
+  const PlanChoice chosen = choose_cake_plan(d);
+  ASSERT_TRUE(chosen.fused_decode);
+  ASSERT_TRUE(chosen.shrink_launch.has_value());
+  EXPECT_EQ(chosen.shrink_launch->splits, 3);
+  d.shrink_override = ShrinkLaunch{3, 1};
+  const PlanChoice forced = choose_cake_plan(d);
+  ASSERT_TRUE(forced.shrink_launch.has_value());
+  EXPECT_EQ(forced.shrink_launch->form, 3);
+  EXPECT_EQ(forced.shrink_launch->splits, 1);
+  EXPECT_EQ(forced.shrink_splits, 1);
+  EXPECT_FALSE(forced.fused_decode) << "a forced shrink keeps the fused decode heuristic off";
+  d.fused_decode = true;
+  EXPECT_TRUE(choose_cake_plan(d).fused_decode) << "an explicit fused_decode still wins";
+  d.fused_decode.reset();
+  for (const ShrinkLaunch bad : {ShrinkLaunch{1, 1}, ShrinkLaunch{4, 1}, ShrinkLaunch{3, 0},
+                                 ShrinkLaunch{3, 9}}) {
+    d.shrink_override = bad;
+    EXPECT_THROW(choose_cake_plan(d), InvalidArgument) << bad.form << "," << bad.splits;
+  }
+  ProblemDesc many = h200_desc(200, 1, 3072, 32);  // 200 pairs: one split only
+  many.shrink_override = ShrinkLaunch{3, 2};
+  EXPECT_THROW(choose_cake_plan(many), InvalidArgument);
+  many.shrink_override = ShrinkLaunch{3, 1};
+  EXPECT_EQ(choose_cake_plan(many).shrink_launch->form, 3);
+}
+
 }  // namespace
 }  // namespace bgmv
 }  // namespace cakemoe

@@ -202,7 +202,7 @@ TEST(BgmvKernelsGpu, EveryFormSplitScheduleAndPdlModeIsBitwiseExact) {
     spec.order = PairOrder::kSlotMajor;
     spec.seed = 5;
     const bgmv_test::Case c = bgmv_test::make_case(spec);
-    for (int form : {0, 2}) {
+    for (int form : {0, 2, 3}) {
       for (int splits : {1, 2, 3, 4}) {  // 4: the last split is empty
         for (int pdl : {0, 1, 2}) {
           LaunchConfig cfg;
@@ -213,6 +213,30 @@ TEST(BgmvKernelsGpu, EveryFormSplitScheduleAndPdlModeIsBitwiseExact) {
           check_cake(c, cfg, 2, "forced launch");
         }
       }
+    }
+  }
+}
+
+// Form 3 takes 4 k tiles per register trip: 5 tiles (the last partial) are two trips, and a
+// split of 3 tiles one short trip.
+TEST(BgmvKernelsGpu, RegisterShrinkFormAcrossTripsIsBitwiseExact) {
+  CAKEMOE_REQUIRE_GPU();
+  for (int64_t rank : {8, 64}) {
+    CaseSpec spec;
+    spec.tokens = 3;
+    spec.hidden = 5000;
+    spec.rank = rank;
+    spec.top_k = 3;
+    spec.order = PairOrder::kSlotMajor;
+    spec.seed = 17 + static_cast<uint64_t>(rank);
+    const bgmv_test::Case c = bgmv_test::make_case(spec);
+    for (int splits : {1, 2}) {
+      LaunchConfig cfg;
+      cfg.form = 3;
+      cfg.splits = splits;
+      cfg.pdl = 1;
+      const std::string label = "register shrink rank " + std::to_string(rank);
+      check_cake(c, cfg, 2, label.c_str());
     }
   }
 }
