@@ -117,6 +117,41 @@ CAKEMOE_DEVICE void route_meta(const CakeParams& p, int64_t l, int n, ExpandShar
   }
 }
 
+/// The early path's whole route list in one dependent trip (P <= kScanPairs, warp 0): every
+/// pair's token, expert and weight are loaded together (the experts and weights of other tokens'
+/// pairs are loaded for nothing, 12 bytes a pair), so the list, the weights and the B offsets
+/// (scan_routes + route_meta) are in shared memory one trip after the LoRA, which this trip
+/// also overlaps. `l` < 0: no routes. Reads inputs only (legal before the PDL wait).
+template <int kRank>
+CAKEMOE_DEVICE void scan_routes_meta(const CakeParams& p, int64_t t, int64_t l, ExpandShared& sh) {
+  constexpr int kPerLane = kScanPairs / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  int64_t ids[kPerLane], experts[kPerLane];
+  float weights[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int64_t pair = i * kWarp + lane;
+    const bool in = pair < p.P;
+    ids[i] = in ? p.sorted_token_ids[pair] : -1;
+    experts[i] = in ? p.expert_ids[pair] : 0;
+    weights[i] = in ? p.topk_weights[pair] : 0.0f;
+  }
+  int n = 0;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const bool match = l >= 0 && ids[i] == t;  // NOTE: t is in [0, T): padding never matches
+    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, match);
+    if (match) {
+      const int j = n + __popc(ballot & ((1u << lane) - 1u));
+      sh.routes[j] = static_cast<int32_t>(i * kWarp + lane);
+      sh.weights[j] = weights[i];
+      sh.b_offset[j] = (l * p.E + experts[i]) * p.H * kRank;
+    }
+    n += __popc(ballot);
+  }
+  if (lane == 0) sh.count = n;
+}
+
 /// Element e (0..7) of a 16-byte vector of 16-bit values, widened (as unpack8 does).
 template <bool kFp16>
 CAKEMOE_DEVICE float widen_half(const uint4& v, int e) {
@@ -274,17 +309,9 @@ __global__ void __launch_bounds__(kThreads, (kRank <= 16 ? 1024 : 512) / kThread
   const bool early = p.P <= kScanPairs;
   bool at0 = false, at1 = false;
   if (early) {
-    if (tid < kWarp) {
-      if (l >= 0) {
-        scan_routes(p, t, 0, sh);
-      } else if (tid == 0) {
-        sh.count = 0;
-      }
-    }
+    if (tid < kWarp) scan_routes_meta<kRank>(p, t, l, sh);
     __syncthreads();
     const int n = sh.count;
-    route_meta<kRank, kThreads>(p, l, n, sh);
-    __syncthreads();
     if (n > 0) load_b<kRank, kItems, kBatch>(lora_b, sh, 0, n, ln, bv);
     prefetch_b_l2<kRank, kItems>(lora_b, sh, kBatch, min(n, kBatch + kL2PrefetchRoutes), ln);
   } else {

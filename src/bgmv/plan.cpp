@@ -25,6 +25,11 @@ constexpr int64_t kDeepRingBlackwellMinHidden = 4096;
 constexpr int kFormPrefill = 0;
 constexpr int kFormPrefillDeep = 2;
 constexpr int kFormRegisters = 3;  // x and A of 4 k tiles per trip in registers, no ring
+// SM90 decode region of the register form (H200 table with forced launches,
+// bench/results/2026-11-30_*_bgmv-decode.md): form 3 with one split beats the rings with splits,
+// the fused decode and the specialized body from T 1 up to these sizes.
+constexpr int64_t kRegisterShrinkMaxPairs = 32;
+constexpr int64_t kRegisterShrinkMaxCtas = 96;
 
 // spec §4.4 PDL: expand CTAs per SM that still count as a "small" grid, at 128 columns per CTA.
 constexpr int64_t kPdlExpandCols = 128;
@@ -150,6 +155,11 @@ const char* variant_name(Variant variant) {
   return "portable";
 }
 
+bool register_shrink_region(int64_t num_pairs, int64_t rank, Arch arch) {
+  return arch == Arch::kSm90a && num_pairs <= kRegisterShrinkMaxPairs &&
+         num_pairs * (rank / kRankTile) <= kRegisterShrinkMaxCtas;
+}
+
 ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch) {
   core::require(num_pairs > 0, "num_pairs", "must be positive, got " + std::to_string(num_pairs));
   core::require(is_generic_rank(rank), "rank",
@@ -169,6 +179,12 @@ ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidd
   return launch;
 }
 
+ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch) {
+  ShrinkLaunch launch = select_generic_shrink(num_pairs, rank, hidden, arch);
+  if (register_shrink_region(num_pairs, rank, arch)) launch = {kFormRegisters, 1};
+  return launch;
+}
+
 bool is_specialized_shape(int64_t hidden, int64_t rank) {
   return (hidden == 2688 || hidden == 3072) && rank == kSpecializedRank;
 }
@@ -184,6 +200,8 @@ Variant select_variant(int64_t num_tokens, int64_t num_pairs, int64_t hidden, in
                                 num_pairs >= w.min_pairs && num_pairs <= w.max_pairs);
     }
   }
+  // NOTE: in the SM90 register-shrink region the generic plan measured faster than the body.
+  in_window = in_window && !register_shrink_region(num_pairs, rank, arch);
   return specialized_built && is_specialized_shape(hidden, rank) && in_window
              ? Variant::kSpecialized
              : Variant::kGeneric;
@@ -267,8 +285,12 @@ bool fused_decode_fits(int64_t num_tokens, int64_t num_pairs, int64_t hidden, in
 
 bool select_fused_decode(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
                          int splits, Arch arch, int num_sms, int blocks_per_sm) {
-  // NOTE: SM90 only: the H200 is where the latency gain is measured (docs/decisions).
-  if (arch != Arch::kSm90a) return false;
+  // NOTE: SM90 only: the H200 is where the latency gain is measured (docs/decisions). Ranks 32
+  // and 64 and the register-shrink region lost to the two-kernel plan there on every row of the
+  // 2026-11-30 table (up to 2x at rank 64, k 6 / 8); ranks 8 and 16 above the region keep it.
+  if (arch != Arch::kSm90a || rank >= 32 || register_shrink_region(num_pairs, rank, arch)) {
+    return false;
+  }
   if (num_tokens > kFusedAutoMaxTokens || num_pairs > kFusedAutoMaxPairs) return false;
   return fused_decode_fits(num_tokens, num_pairs, hidden, rank, splits, num_sms, blocks_per_sm);
 }
@@ -437,12 +459,12 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
                         : select_specialized_schedule(p.num_tokens, p.num_pairs, p.hidden, p.arch);
     c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
     // The generic selector's splits (same bits) and PDL chaining (same launch sequence).
-    c.shrink_splits = select_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch).splits;
+    c.shrink_splits = plan_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch).splits;
     c.launch_pdl_mode =
         select_pdl_mode(Variant::kGeneric, p.num_tokens, p.hidden, p.arch, p.num_sms);
     return c;
   }
-  ShrinkLaunch shrink = select_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch);
+  ShrinkLaunch shrink = plan_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch);
   if (p.shrink_override.has_value()) {
     shrink = *p.shrink_override;
     core::require(shrink.form == kFormPrefill || shrink.form == kFormPrefillDeep ||

@@ -31,6 +31,13 @@ struct Capability {
 
 // ---- Selectors ----------------------------------------------------------------------------------
 
+/// SM90 decode sizes (P <= 32 pairs and P * R / 8 <= 96 shrink CTAs) where the generic plan takes
+/// the register shrink (form 3, one split) and neither the fused decode nor the specialized body.
+bool register_shrink_region(int64_t num_pairs, int64_t rank, Arch arch);
+/// The generic plan's shrink (and the splits every variant uses, so their bits agree): spec
+/// §4.1's rule (select_generic_shrink), except form 3 with one split in the register-shrink
+/// region (a cakemoe deviation).
+ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);
 /// spec §4.1: generic shrink (form, splits) for P pairs, rank R, hidden H.
 ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);
 /// spec §7: the shapes that have a specialized body (H in {2688, 3072}, R == 32).

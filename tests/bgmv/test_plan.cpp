@@ -110,7 +110,9 @@ TEST(BgmvPlanSelectors, OrderRemapSpecExamples) {
 TEST(BgmvPlanSelectors, VariantAndSchedules) {
   // SM90: cakemoe's measured windows (T <= 8, or 64 <= P; P <= 1024), see plan.h.
   EXPECT_EQ(select_variant(256, 512, 3072, 32, Arch::kSm90a, true), Variant::kSpecialized);
-  EXPECT_EQ(select_variant(1, 2, 2688, 32, Arch::kSm90a, true), Variant::kSpecialized);
+  // ... except in the register-shrink region (P <= 32 and P * R / 8 <= 96), where generic wins.
+  EXPECT_EQ(select_variant(1, 2, 2688, 32, Arch::kSm90a, true), Variant::kGeneric);
+  EXPECT_EQ(select_variant(8, 48, 2688, 32, Arch::kSm90a, true), Variant::kSpecialized);
   EXPECT_EQ(select_variant(8, 64, 3072, 32, Arch::kSm90a, true), Variant::kSpecialized);
   EXPECT_EQ(select_variant(16, 32, 3072, 32, Arch::kSm90a, true), Variant::kGeneric);
   EXPECT_EQ(select_variant(16, 128, 3072, 32, Arch::kSm90a, true), Variant::kSpecialized);
@@ -297,11 +299,17 @@ ProblemDesc desc(int64_t t, int64_t p, int64_t h, int64_t r, int64_t l, int64_t 
 }
 
 TEST(BgmvPlanChoice, CakeChoices) {
+  // The SM90 register-shrink region: form 3, one split (spec §4.1's rule would say (2, 3)).
   PlanChoice c = choose_cake_plan(desc(4, 8, 3072, 32, 2, 128));
   EXPECT_EQ(c.variant, Variant::kGeneric);
   ASSERT_TRUE(c.shrink_launch.has_value());
-  EXPECT_EQ(c.shrink_launch->form, 2);
-  EXPECT_EQ(c.shrink_launch->splits, 3);
+  EXPECT_EQ(c.shrink_launch->form, 3);
+  EXPECT_EQ(c.shrink_launch->splits, 1);
+  EXPECT_EQ(select_generic_shrink(8, 32, 3072, Arch::kSm90a).form, 2);
+  EXPECT_EQ(select_generic_shrink(8, 32, 3072, Arch::kSm90a).splits, 3);
+  ProblemDesc blackwell_small = desc(4, 8, 3072, 32, 2, 128);
+  blackwell_small.arch = Arch::kSm100a;
+  EXPECT_EQ(choose_cake_plan(blackwell_small).shrink_launch->splits, 3);
   EXPECT_FALSE(c.grouped);
   EXPECT_FALSE(c.order_remap);
   EXPECT_EQ(c.pdl_mode, 1);
@@ -321,13 +329,13 @@ TEST(BgmvPlanChoice, CakeChoices) {
   ProblemDesc bw = desc(512, 1024, 3072, 32, 8, 128);
   bw.arch = Arch::kSm100a;
   EXPECT_FALSE(choose_cake_plan(bw).grouped);
-  // Forced remap keeps the selector's splits (bitwise equal to identity dispatch).
+  // Forced remap keeps the plan's splits (bitwise equal to identity dispatch) with form 0.
   ProblemDesc d = desc(4, 8, 3072, 32, 2, 128);
   d.order_remap = true;
   c = choose_cake_plan(d);
   EXPECT_TRUE(c.order_remap);
   EXPECT_EQ(c.shrink_launch->form, 0);
-  EXPECT_EQ(c.shrink_launch->splits, 3);
+  EXPECT_EQ(c.shrink_launch->splits, 1);
   std::ostringstream os;
   os << c;
   EXPECT_NE(os.str().find("order_remap=1"), std::string::npos);

@@ -39,19 +39,32 @@ TEST(BgmvPlanFusedDecode, FitsNeedsOccupancyAndAtMost128Pairs) {
 }
 
 TEST(BgmvPlanFusedDecode, HeuristicSm90TinyBatchesOnly) {
+  // SM90: ranks 8 and 16 above the register-shrink region (P > 32) take the fused decode; the
+  // region takes two kernels with form 3, and ranks 32 and 64 always two kernels (2026-11-30).
   for (int64_t t : {1, 2, 4, 8}) {
     for (int64_t k : {1, 2, 6, 8}) {
-      for (int64_t r : {8, 16, 32}) {
+      for (int64_t r : {8, 16, 32, 64}) {
         const ProblemDesc d = h200_desc(t, k, 3072, r);
         const PlanChoice c = choose_cake_plan(d);
-        EXPECT_TRUE(c.fused_decode) << "T=" << t << " k=" << k << " R=" << r;
-        // Same splits as the two-kernel path: the bits do not depend on the choice.
-        EXPECT_EQ(c.shrink_launch->splits,
-                  select_generic_shrink(d.num_pairs, r, 3072, Arch::kSm90a).splits);
+        const bool region = register_shrink_region(d.num_pairs, r, Arch::kSm90a);
+        EXPECT_EQ(region, d.num_pairs <= 32 && d.num_pairs * (r / 8) <= 96);
+        const bool fits = fused_decode_fits(t, d.num_pairs, 3072, r, c.shrink_launch->splits,
+                                            kH200Sms, kH200FusedBlocksPerSm);
+        EXPECT_EQ(c.fused_decode, !region && r <= 16 && fits)
+            << "T=" << t << " k=" << k << " R=" << r;
+        if (region) {
+          EXPECT_EQ(c.shrink_launch->form, 3) << "T=" << t << " k=" << k << " R=" << r;
+          EXPECT_EQ(c.shrink_launch->splits, 1);
+        } else {
+          // Same splits as the two-kernel path: the bits do not depend on the choice.
+          EXPECT_EQ(c.shrink_launch->splits,
+                    plan_generic_shrink(d.num_pairs, r, 3072, Arch::kSm90a).splits);
+        }
       }
     }
   }
-  EXPECT_TRUE(choose_cake_plan(h200_desc(8, 6, 3072, 64)).fused_decode);    // 384 + 192
+  EXPECT_TRUE(choose_cake_plan(h200_desc(8, 6, 3072, 16)).fused_decode);
+  EXPECT_FALSE(choose_cake_plan(h200_desc(8, 6, 3072, 64)).fused_decode);   // rank 64
   EXPECT_FALSE(choose_cake_plan(h200_desc(8, 8, 3072, 64)).fused_decode);   // 704 CTAs
   EXPECT_FALSE(choose_cake_plan(h200_desc(16, 2, 3072, 32)).fused_decode);  // T > 8
   EXPECT_FALSE(choose_cake_plan(h200_desc(8, 9, 1024, 8)).fused_decode);    // P = 72 > 64
@@ -97,7 +110,7 @@ TEST(BgmvPlanFusedDecode, ForcingOnAndOff) {
 
 TEST(BgmvPlanFusedDecode, PrintedInThePlanLine) {
   std::ostringstream os;
-  os << choose_cake_plan(h200_desc(1, 2, 3072, 32));
+  os << choose_cake_plan(h200_desc(8, 6, 3072, 16));
   EXPECT_NE(os.str().find("fused_decode=1"), std::string::npos) << os.str();
 }
 
@@ -105,10 +118,10 @@ TEST(BgmvPlanFusedDecode, PrintedInThePlanLine) {
 // it: fused on and off give the same bits, and the §3.3 header advances the same way.
 TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
   bgmv_test::CaseSpec spec;
-  spec.tokens = 4;
+  spec.tokens = 8;
   spec.hidden = 2048;
-  spec.rank = 32;
-  spec.top_k = 2;
+  spec.rank = 16;
+  spec.top_k = 6;
   bgmv_test::Case c = bgmv_test::make_case(spec);
   std::vector<std::vector<float>> ys;
   for (const std::optional<bool> forced : {std::optional<bool>(), std::optional<bool>(false)}) {
@@ -118,7 +131,7 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
         prepare_bgmv_moe(c.x_view(), c.a_views(), c.b_views(), c.sorted_view(), c.experts_view(),
                          c.lora_view(), c.weights_view(), spec.experts, o);
     EXPECT_EQ(plan.fused_decode(), !forced.has_value());
-    EXPECT_EQ(plan.shrink_launch()->splits, 2);  // P 8, R 32, H 2048: min(2, ceil(128 / 32))
+    EXPECT_EQ(plan.shrink_launch()->splits, 2);  // P 48, R 16, H 2048: min(2, ceil(128 / 96))
     for (int i = 0; i < 3; ++i) plan.run(nullptr);
     EXPECT_EQ(plan.route_index().ptr<int32_t>()[0], 3);
     EXPECT_EQ(plan.route_index().ptr<int32_t>()[1], 0);
@@ -142,12 +155,12 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
 }
 
 TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
-  // 3072/32/T1/k2 picks the fused decode with the selector's (form 2, splits 3).
-  ProblemDesc d = h200_desc(1, 2, 3072, 32);
+  // 3072/16/T8/k6 picks the fused decode with the selector's splits.
+  ProblemDesc d = h200_desc(8, 6, 3072, 16);
   const PlanChoice chosen = choose_cake_plan(d);
   ASSERT_TRUE(chosen.fused_decode);
   ASSERT_TRUE(chosen.shrink_launch.has_value());
-  EXPECT_EQ(chosen.shrink_launch->splits, 3);
+  EXPECT_EQ(chosen.shrink_launch->splits, select_generic_shrink(48, 16, 3072, Arch::kSm90a).splits);
   d.shrink_override = ShrinkLaunch{3, 1};
   const PlanChoice forced = choose_cake_plan(d);
   ASSERT_TRUE(forced.shrink_launch.has_value());

@@ -43,20 +43,23 @@ void expect_refused(const ProblemDesc& d, const std::string& argument, const std
 
 TEST(BgmvPlanSpecialized, Sm90WindowsFromMeasurements) {
   for (int64_t h : {2688, 3072}) {
-    // k 2: specialized at T 1-8 and 32-512, generic at T 16 (P 32) and from P 2048.
-    for (int64_t t : {1, 4, 8, 32, 256, 512}) {
+    // k 2: specialized at T 32-512, generic at T 1-8 (the register-shrink region, P <= 24 at
+    // rank 32), T 16 (P 32) and from P 2048.
+    for (int64_t t : {32, 256, 512}) {
       EXPECT_EQ(choose_cake_plan(special_desc(t, 2, h, 32)).variant, Variant::kSpecialized)
           << h << " " << t;
     }
-    for (int64_t t : {16, 1024, 2048, 4096}) {
+    for (int64_t t : {1, 4, 8, 16, 1024, 2048, 4096}) {
       EXPECT_EQ(choose_cake_plan(special_desc(t, 2, h, 32)).variant, Variant::kGeneric)
           << h << " " << t;
     }
-    // k 8: specialized up to T 128 (P 1024), generic from T 256.
-    for (int64_t t : {1, 8, 16, 128}) {
+    // k 8: specialized from T 4 (P 32) up to T 128 (P 1024), generic at T 1 (the register-shrink
+    // region) and from T 256.
+    for (int64_t t : {4, 8, 16, 128}) {
       EXPECT_EQ(choose_cake_plan(special_desc(t, 8, h, 32)).variant, Variant::kSpecialized)
           << h << " " << t;
     }
+    EXPECT_EQ(choose_cake_plan(special_desc(1, 8, h, 32)).variant, Variant::kGeneric) << h;
     EXPECT_EQ(choose_cake_plan(special_desc(256, 8, h, 32)).variant, Variant::kGeneric) << h;
   }
   EXPECT_TRUE(is_specialized_shape(2688, 32));
@@ -86,14 +89,18 @@ TEST(BgmvPlanSpecialized, ForcedAttributes) {
       EXPECT_EQ(s.pdl_mode, 0) << at;                   // spec §4.4
       EXPECT_FALSE(s.grouped || s.order_remap || s.fused_decode) << at;
       // Same splits as the generic plan (same bits); kernels chain with the generic PDL mode.
-      EXPECT_EQ(s.shrink_splits, select_generic_shrink(2 * t, 32, h, Arch::kSm90a).splits) << at;
+      EXPECT_EQ(s.shrink_splits, plan_generic_shrink(2 * t, 32, h, Arch::kSm90a).splits) << at;
       EXPECT_EQ(s.launch_pdl_mode, select_pdl_mode(Variant::kGeneric, t, h, Arch::kSm90a, 132));
       EXPECT_EQ(g.shrink_splits, g.shrink_launch->splits) << at;
       EXPECT_EQ(g.launch_pdl_mode, g.pdl_mode) << at;
     }
   }
-  EXPECT_EQ(choose_cake_plan(forced(special_desc(4, 2, 3072, 32))).shrink_splits, 3);
-  EXPECT_EQ(choose_cake_plan(forced(special_desc(8, 2, 3072, 32))).shrink_splits, 2);
+  // The SM90 register-shrink region (P <= 24 at rank 32) runs one split where spec §4.1's rule
+  // says 3 (P 8) or 2 (P 24).
+  EXPECT_EQ(choose_cake_plan(forced(special_desc(4, 2, 3072, 32))).shrink_splits, 1);
+  EXPECT_EQ(choose_cake_plan(forced(special_desc(12, 2, 3072, 32))).shrink_splits, 1);
+  EXPECT_EQ(select_generic_shrink(8, 32, 3072, Arch::kSm90a).splits, 3);
+  EXPECT_EQ(select_generic_shrink(24, 32, 3072, Arch::kSm90a).splits, 2);
   for (int schedule : {0, 1, 2}) {
     EXPECT_EQ(choose_cake_plan(forced(special_desc(64, 8, 2688, 32), schedule)).schedule_id,
               schedule);
@@ -199,6 +206,7 @@ TEST(BgmvPlanSpecialized, EnvironmentVariable) {
   spec.hidden = 3072;
   spec.rank = 32;
   spec.tokens = 8;
+  spec.top_k = 6;  // P 48: above the register-shrink region
   spec.experts = 16;
   bgmv_test::Case special_case = bgmv_test::make_case(spec);
   spec.hidden = 2048;

@@ -116,7 +116,7 @@ class CakeRun {
         order_(static_cast<size_t>(c.num_pairs())) {
     route_.fill(0);
     const int64_t p_n = c.num_pairs(), h = c.spec.hidden, r = c.spec.rank, t_n = c.spec.tokens;
-    const bgmv::ShrinkLaunch pick = bgmv::select_generic_shrink(p_n, r, h, bgmv::Arch::kSm90a);
+    const bgmv::ShrinkLaunch pick = bgmv::plan_generic_shrink(p_n, r, h, bgmv::Arch::kSm90a);
     p_.dtype = c.spec.dtype == DType::kFP16 ? 1 : 0;
     p_.x = x_.get();
     p_.lora_a = a_.get();

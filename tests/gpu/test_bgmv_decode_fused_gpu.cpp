@@ -37,7 +37,7 @@ void check_fused(GpuCase& g, int replays, const std::string& label,
   // NOTE: the CPU default may be the specialized variant (no shrink_launch; same bits, same
   // splits as the generic selector's).
   const int splits =
-      bgmv::select_generic_shrink(g.host.num_pairs(), r, h, bgmv::Arch::kSm90a).splits;
+      bgmv::plan_generic_shrink(g.host.num_pairs(), r, h, bgmv::Arch::kSm90a).splits;
   if (!fused_fits(g.host, splits)) {
     options.fused_decode = true;
     EXPECT_THROW(g.prepare_gpu(options), InvalidArgument) << label << ": grid cannot fit";
@@ -207,12 +207,22 @@ TEST(BgmvDecodeFusedGpu, OuterCaptureReplays) {
 TEST(BgmvDecodeFusedGpu, DefaultChoiceOnSm90) {
   CAKEMOE_REQUIRE_GPU();
   if (core::cuda_capability(0) != 90) GTEST_SKIP() << "the heuristic picks the fused path on SM90";
+  // Rank 16 above the register-shrink region (P 48 > 32): the fused decode.
+  GpuCase r16(
+      bgmv_test::make_case(fused_spec(DType::kBF16, 4096, 16, 8, 6, PairOrder::kTokenMajor, 996)));
+  EXPECT_TRUE(r16.prepare_gpu().fused_decode());
+  // The register-shrink region (P 2): the two-kernel plan with form 3 and one split.
   GpuCase tiny(
       bgmv_test::make_case(fused_spec(DType::kBF16, 4096, 32, 1, 2, PairOrder::kTokenMajor, 997)));
-  EXPECT_TRUE(tiny.prepare_gpu().fused_decode());
-  GpuCase larger(
-      bgmv_test::make_case(fused_spec(DType::kBF16, 4096, 32, 16, 2, PairOrder::kTokenMajor, 998)));
-  EXPECT_FALSE(larger.prepare_gpu().fused_decode());
+  const BgmvPlan plan = tiny.prepare_gpu();
+  EXPECT_FALSE(plan.fused_decode());
+  ASSERT_TRUE(plan.shrink_launch().has_value());
+  EXPECT_EQ(plan.shrink_launch()->form, 3);
+  EXPECT_EQ(plan.shrink_launch()->splits, 1);
+  // Rank 32 above the region (P 48): two kernels.
+  GpuCase r32(
+      bgmv_test::make_case(fused_spec(DType::kBF16, 4096, 32, 8, 6, PairOrder::kTokenMajor, 998)));
+  EXPECT_FALSE(r32.prepare_gpu().fused_decode());
 }
 
 }  // namespace
