@@ -200,8 +200,6 @@ Variant select_variant(int64_t num_tokens, int64_t num_pairs, int64_t hidden, in
                                 num_pairs >= w.min_pairs && num_pairs <= w.max_pairs);
     }
   }
-  // NOTE: in the SM90 register-shrink region the generic plan measured faster than the body.
-  in_window = in_window && !register_shrink_region(num_pairs, rank, arch);
   return specialized_built && is_specialized_shape(hidden, rank) && in_window
              ? Variant::kSpecialized
              : Variant::kGeneric;
@@ -465,6 +463,10 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
     return c;
   }
   ShrinkLaunch shrink = plan_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch);
+  core::require(p.generic_schedule_override >= -1 && p.generic_schedule_override <= 1,
+                "schedule_id",
+                "a forced generic expand schedule must be 0 or 1, got " +
+                    std::to_string(p.generic_schedule_override));
   if (p.shrink_override.has_value()) {
     shrink = *p.shrink_override;
     core::require(shrink.form == kFormPrefill || shrink.form == kFormPrefillDeep ||
@@ -511,7 +513,8 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   c.shrink_splits = shrink.splits;
   c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
   c.launch_pdl_mode = c.pdl_mode;
-  c.schedule_id = select_generic_schedule(p.num_tokens);
+  c.schedule_id = p.generic_schedule_override >= 0 ? p.generic_schedule_override
+                                                   : select_generic_schedule(p.num_tokens);
   // Fused decode: same splits, so the same bits; only the launch sequence changes.
   const bool fits = fused_decode_fits(p.num_tokens, p.num_pairs, p.hidden, p.rank, shrink.splits,
                                       p.num_sms, p.fused_blocks_per_sm);

@@ -32,7 +32,7 @@ struct Capability {
 // ---- Selectors ----------------------------------------------------------------------------------
 
 /// SM90 decode sizes (P <= 32 pairs and P * R / 8 <= 96 shrink CTAs) where the generic plan takes
-/// the register shrink (form 3, one split) and neither the fused decode nor the specialized body.
+/// the register shrink (form 3, one split) and never the fused decode.
 bool register_shrink_region(int64_t num_pairs, int64_t rank, Arch arch);
 /// The generic plan's shrink (and the splits every variant uses, so their bits agree): spec
 /// §4.1's rule (select_generic_shrink), except form 3 with one split in the register-shrink
@@ -200,6 +200,8 @@ struct ProblemDesc {
   /// Generic shrink (form 0 / 2 / 3, splits) forced instead of select_generic_shrink's (A/B runs);
   /// the fused decode heuristic then stays off.
   std::optional<ShrinkLaunch> shrink_override;
+  /// Generic expand schedule 0 (narrow) / 1 (wide) forced instead of select_generic_schedule's.
+  int generic_schedule_override = -1;
 };
 /// The Cake choice for a problem inside the support set. Throws InvalidArgument("order_remap")
 /// when order_remap is forced together with grouped or the specialized variant (spec §10 rule 15),

@@ -67,6 +67,15 @@ std::optional<ShrinkLaunch> shrink_from_env() {
   return launch;
 }
 
+// CAKEMOE_BGMV_SCHEDULE=0|1 (A/B runs): the generic expand schedule instead of the selector's.
+int generic_schedule_from_env() {
+  const char* env = std::getenv("CAKEMOE_BGMV_SCHEDULE");
+  if (env == nullptr || *env == '\0') return -1;
+  if (std::strcmp(env, "0") == 0) return 0;
+  if (std::strcmp(env, "1") == 0) return 1;
+  throw InvalidArgument("CAKEMOE_BGMV_SCHEDULE", std::string("must be 0 or 1, got '") + env + "'");
+}
+
 bool print_plan_requested() {
   const char* env = std::getenv("CAKEMOE_PRINT_PLAN");
   return env != nullptr && std::strcmp(env, "1") == 0;
@@ -144,6 +153,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     desc.variant_override = variant_override(internals, desc);
     desc.schedule_override = internals.specialized_schedule;
     desc.shrink_override = shrink_from_env();
+    desc.generic_schedule_override = generic_schedule_from_env();
     desc.fused_blocks_per_sm = on_cpu
                                    ? kCpuEmulatedFusedBlocksPerSm
                                    : detail::fused_decode_blocks_per_sm(s.dtype, s.rank, s.device);

@@ -110,9 +110,7 @@ TEST(BgmvPlanSelectors, OrderRemapSpecExamples) {
 TEST(BgmvPlanSelectors, VariantAndSchedules) {
   // SM90: cakemoe's measured windows (T <= 8, or 64 <= P; P <= 1024), see plan.h.
   EXPECT_EQ(select_variant(256, 512, 3072, 32, Arch::kSm90a, true), Variant::kSpecialized);
-  // ... except in the register-shrink region (P <= 32 and P * R / 8 <= 96), where generic wins.
-  EXPECT_EQ(select_variant(1, 2, 2688, 32, Arch::kSm90a, true), Variant::kGeneric);
-  EXPECT_EQ(select_variant(8, 48, 2688, 32, Arch::kSm90a, true), Variant::kSpecialized);
+  EXPECT_EQ(select_variant(1, 2, 2688, 32, Arch::kSm90a, true), Variant::kSpecialized);
   EXPECT_EQ(select_variant(8, 64, 3072, 32, Arch::kSm90a, true), Variant::kSpecialized);
   EXPECT_EQ(select_variant(16, 32, 3072, 32, Arch::kSm90a, true), Variant::kGeneric);
   EXPECT_EQ(select_variant(16, 128, 3072, 32, Arch::kSm90a, true), Variant::kSpecialized);

@@ -181,6 +181,13 @@ TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
   EXPECT_THROW(choose_cake_plan(many), InvalidArgument);
   many.shrink_override = ShrinkLaunch{3, 1};
   EXPECT_EQ(choose_cake_plan(many).shrink_launch->form, 3);
+  // The generic expand schedule: 0 at T <= 8, forced 1; 2 is not a generic schedule.
+  ProblemDesc wide = h200_desc(4, 2, 3072, 16);
+  EXPECT_EQ(choose_cake_plan(wide).schedule_id, 0);
+  wide.generic_schedule_override = 1;
+  EXPECT_EQ(choose_cake_plan(wide).schedule_id, 1);
+  wide.generic_schedule_override = 2;
+  EXPECT_THROW(choose_cake_plan(wide), InvalidArgument);
 }
 
 }  // namespace
