@@ -24,11 +24,10 @@ struct BgmvOptions {
   std::optional<bool> grouped;   ///< unset: heuristic (spec §5)
   std::optional<bool> order_remap;  ///< unset: heuristic (spec §6)
   /// cakemoe extension, the fused decode path: shrink and expand in ONE cooperative launch (no
-  /// grid boundary; docs/decisions/bgmv-gpu-runtime.md). Unset: chosen on SM90 for T <= 8 and
-  /// P <= 64 when its grid can be co-resident; true forces it (InvalidArgument "fused_decode"
-  /// when it cannot run: grouped, order_remap, P > 128 or a grid too large); false keeps the
-  /// two-kernel path. Same splits, so the same bits either way. The environment variable
-  /// CAKEMOE_BGMV_FUSED_DECODE=0 turns the heuristic off (an explicit value still wins).
+  /// grid boundary; docs/decisions/bgmv-gpu-runtime.md). Opt-in: unset or false keeps the
+  /// two-kernel path, which measured faster on the H200 at every T <= 8 shape (2026-11-30);
+  /// true forces it (InvalidArgument "fused_decode" when it cannot run: grouped, order_remap,
+  /// P > 128 or a grid too large). Same splits, so the same bits either way.
   std::optional<bool> fused_decode;
 };
 

@@ -73,9 +73,6 @@ constexpr int64_t kRemapMinPairs = 1024;
 constexpr int64_t kRemapMinWeightBytes = 220ll * 1024 * 1024;
 constexpr int64_t kRemapRank64MinHidden = 4096;
 
-// Fused decode heuristic (kernel geometry from decode_fused_launch.h).
-constexpr int64_t kFusedAutoMaxTokens = 8;
-constexpr int64_t kFusedAutoMaxPairs = 64;
 
 // spec §7 specialized bodies.
 constexpr int64_t kSpecializedRank = 32;
@@ -207,6 +204,15 @@ Variant select_variant(int64_t num_tokens, int64_t num_pairs, int64_t hidden, in
 
 int select_generic_schedule(int64_t num_tokens) { return num_tokens <= 8 ? 0 : 1; }
 
+int plan_generic_schedule(int64_t num_tokens, int64_t num_pairs, int64_t rank, Arch arch) {
+  const int spec = select_generic_schedule(num_tokens);
+  if (arch != Arch::kSm90a || spec == 1) return spec;
+  // NOTE: H200 table of 2026-11-30 (bench/results/2026-11-30_*_bgmv-decode.md): at T <= 8 the
+  // wide schedule wins 5-20 % at ranks 8-32 and at one or two routes per token; rank 64 with more
+  // routes keeps the narrow one (the wide schedule loads one route per trip there).
+  return rank == 64 && num_pairs > 2 * num_tokens ? 0 : 1;
+}
+
 int select_specialized_schedule(int64_t num_tokens, int64_t num_pairs, int64_t hidden, Arch arch) {
   if (arch == Arch::kSm90a) {
     if (num_tokens >= kSm90DualColMinTokens) return 2;
@@ -279,18 +285,6 @@ bool fused_decode_fits(int64_t num_tokens, int64_t num_pairs, int64_t hidden, in
   }
   return fused_decode_ctas(num_tokens, num_pairs, hidden, rank, splits) <=
          static_cast<int64_t>(blocks_per_sm) * num_sms;
-}
-
-bool select_fused_decode(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
-                         int splits, Arch arch, int num_sms, int blocks_per_sm) {
-  // NOTE: SM90 only: the H200 is where the latency gain is measured (docs/decisions). Ranks 32
-  // and 64 and the register-shrink region lost to the two-kernel plan there on every row of the
-  // 2026-11-30 table (up to 2x at rank 64, k 6 / 8); ranks 8 and 16 above the region keep it.
-  if (arch != Arch::kSm90a || rank >= 32 || register_shrink_region(num_pairs, rank, arch)) {
-    return false;
-  }
-  if (num_tokens > kFusedAutoMaxTokens || num_pairs > kFusedAutoMaxPairs) return false;
-  return fused_decode_fits(num_tokens, num_pairs, hidden, rank, splits, num_sms, blocks_per_sm);
 }
 
 CakeSupport cake_support(const SupportQuery& q) {
@@ -513,26 +507,31 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   c.shrink_splits = shrink.splits;
   c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
   c.launch_pdl_mode = c.pdl_mode;
-  c.schedule_id = p.generic_schedule_override >= 0 ? p.generic_schedule_override
-                                                   : select_generic_schedule(p.num_tokens);
+  c.schedule_id = p.generic_schedule_override >= 0
+                      ? p.generic_schedule_override
+                      : plan_generic_schedule(p.num_tokens, p.num_pairs, p.rank, p.arch);
   // Fused decode: same splits, so the same bits; only the launch sequence changes.
-  const bool fits = fused_decode_fits(p.num_tokens, p.num_pairs, p.hidden, p.rank, shrink.splits,
-                                      p.num_sms, p.fused_blocks_per_sm);
   if (p.fused_decode.value_or(false)) {
     core::require(!c.grouped && !c.order_remap, "fused_decode",
                   "fused_decode=true cannot be combined with the grouped pipeline or order_remap");
-    core::require(fits, "fused_decode",
+    core::require(fused_decode_fits(p.num_tokens, p.num_pairs, p.hidden, p.rank, shrink.splits,
+                                    p.num_sms, p.fused_blocks_per_sm),
+                  "fused_decode",
                   "the fused decode grid (" +
                       std::to_string(fused_decode_ctas(p.num_tokens, p.num_pairs, p.hidden, p.rank,
                                                        shrink.splits)) +
                       " CTAs) must be co-resident (" + std::to_string(p.fused_blocks_per_sm) +
                       " per SM x " + std::to_string(p.num_sms) + " SMs) with num_pairs <= 128");
     c.fused_decode = true;
-  } else if (!p.fused_decode.has_value() && !c.grouped && !c.order_remap &&
-             !p.shrink_override.has_value()) {
-    c.fused_decode = select_fused_decode(p.num_tokens, p.num_pairs, p.hidden, p.rank, shrink.splits,
-                                         p.arch, p.num_sms, p.fused_blocks_per_sm);
+  } else if (!p.fused_decode.has_value() && p.fused_decode_where_fits && !c.grouped &&
+             !c.order_remap) {
+    c.fused_decode = fused_decode_fits(p.num_tokens, p.num_pairs, p.hidden, p.rank,
+                                       shrink.splits, p.num_sms, p.fused_blocks_per_sm);
   }
+  // NOTE: no heuristic picks the fused decode since 2026-11-30: on the H200, the one GPU it was
+  // measured on, the two-kernel plan with the register shrink, the one-trip route scan and the
+  // wide expand schedule beat it on every T <= 8 row (bench/results/2026-11-30_*_bgmv-decode.md;
+  // it lost up to 2x at rank 64, k 6 / 8). fused_decode=true still runs it where the grid fits.
   return c;
 }
 

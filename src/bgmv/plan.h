@@ -50,6 +50,9 @@ Variant select_variant(int64_t num_tokens, int64_t num_pairs, int64_t hidden, in
                        Arch arch, bool specialized_built);
 /// spec §4.3/§7 generic schedule: 0 (t64) for T <= 8, else 1 (t128).
 int select_generic_schedule(int64_t num_tokens);
+/// The generic plan's expand schedule: spec's, except on SM90 at T <= 8 the wide schedule (1)
+/// unless rank 64 with more than two routes per token (a cakemoe deviation, measured).
+int plan_generic_schedule(int64_t num_tokens, int64_t num_pairs, int64_t rank, Arch arch);
 /// Specialized schedule: 0 t64, 1 token_owned, 2 dual_col. spec §7's B200 table off SM90; on SM90
 /// the H200's best: 2 for T >= 64, else 0 when P >= 4 T (top-k >= 4), else 1.
 int select_specialized_schedule(int64_t num_tokens, int64_t num_pairs, int64_t hidden, Arch arch);
@@ -75,10 +78,6 @@ int64_t fused_decode_ctas(int64_t num_tokens, int64_t num_pairs, int64_t hidden,
 /// (blocks_per_sm: the kernel's occupancy; 0 = no fused kernel built) and P <= 128.
 bool fused_decode_fits(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
                        int splits, int num_sms, int blocks_per_sm);
-/// cakemoe heuristic (fused_decode unset): SM90 only (the measured target), T <= 8, P <= 64 and
-/// the grid fits. Bits do not depend on it (same splits as the two-kernel path).
-bool select_fused_decode(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
-                         int splits, Arch arch, int num_sms, int blocks_per_sm);
 
 // ---- Cake support set (spec §9) -----------------------------------------------------------------
 
@@ -193,12 +192,12 @@ struct ProblemDesc {
   bool specialized_built = false;
   std::optional<bool> grouped;       ///< forced value, or heuristic when unset
   std::optional<bool> order_remap;   ///< forced value, or heuristic when unset
-  std::optional<bool> fused_decode;  ///< forced value, or heuristic when unset
+  std::optional<bool> fused_decode;  ///< true: forced; unset / false: the two-kernel path
+  bool fused_decode_where_fits = false;  ///< unset fused_decode: fused where the grid fits (A/B)
   int fused_blocks_per_sm = 0;       ///< occupancy of the fused kernel (0: not built)
   int variant_override = -1;         ///< -1 select_variant, 0 generic, 1 specialized (forced)
   int schedule_override = -1;        ///< specialized schedule 0 / 1 / 2 forced; -1 selector
-  /// Generic shrink (form 0 / 2 / 3, splits) forced instead of select_generic_shrink's (A/B runs);
-  /// the fused decode heuristic then stays off.
+  /// Generic shrink (form 0 / 2 / 3, splits) forced instead of plan_generic_shrink's (A/B runs).
   std::optional<ShrinkLaunch> shrink_override;
   /// Generic expand schedule 0 (narrow) / 1 (wide) forced instead of select_generic_schedule's.
   int generic_schedule_override = -1;

@@ -25,11 +25,11 @@ constexpr int kCpuEmulatedFusedBlocksPerSm = 5;
 // Reported by plans that took the portable path through PrepareInternals::force_portable.
 constexpr const char* kForcedPortableReason = "forced portable path (internal option)";
 
-// CAKEMOE_BGMV_FUSED_DECODE=0 turns the fused decode heuristic off (benchmarks, A/B runs of the
-// GPU tests); an explicit BgmvOptions::fused_decode still wins.
-bool fused_decode_disabled_by_env() {
+// CAKEMOE_BGMV_FUSED_DECODE=1 opts every plan in to the fused decode where its grid fits
+// (benchmarks, A/B runs of the GPU tests); an explicit BgmvOptions::fused_decode still wins.
+bool fused_decode_opted_in_by_env() {
   const char* env = std::getenv("CAKEMOE_BGMV_FUSED_DECODE");
-  return env != nullptr && std::strcmp(env, "0") == 0;
+  return env != nullptr && std::strcmp(env, "1") == 0;
 }
 
 // CAKEMOE_BGMV_VARIANT=generic|specialized (A/B runs): -1 unset, 0 generic, 1 specialized.
@@ -145,9 +145,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     desc.grouped = options.grouped;
     desc.order_remap = options.order_remap;
     desc.fused_decode = options.fused_decode;
-    if (!desc.fused_decode.has_value() && fused_decode_disabled_by_env()) {
-      desc.fused_decode = false;
-    }
+    desc.fused_decode_where_fits = fused_decode_opted_in_by_env();
     // NOTE: the CPU backend emulates an H200 build with every unit (same bits either way).
     desc.specialized_built = on_cpu || detail::specialized_unit_built(s.hidden);
     desc.variant_override = variant_override(internals, desc);

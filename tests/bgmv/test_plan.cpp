@@ -311,7 +311,7 @@ TEST(BgmvPlanChoice, CakeChoices) {
   EXPECT_FALSE(c.grouped);
   EXPECT_FALSE(c.order_remap);
   EXPECT_EQ(c.pdl_mode, 1);
-  EXPECT_EQ(c.schedule_id, 0);
+  EXPECT_EQ(c.schedule_id, 1);  // SM90 decode: wide (plan_generic_schedule)
   // spec §6's rule would remap (SM90, 7168 x 64, T = 512); cakemoe remaps only when forced.
   EXPECT_TRUE(select_order_remap(1024, 512, 2, 128, 7168, 64, Arch::kSm90a));
   c = choose_cake_plan(desc(512, 1024, 7168, 64, 2, 128));

@@ -38,42 +38,39 @@ TEST(BgmvPlanFusedDecode, FitsNeedsOccupancyAndAtMost128Pairs) {
   EXPECT_TRUE(fused_decode_fits(1, 128, 1024, 8, 1, kH200Sms, kH200FusedBlocksPerSm));
 }
 
-TEST(BgmvPlanFusedDecode, HeuristicSm90TinyBatchesOnly) {
-  // SM90: ranks 8 and 16 above the register-shrink region (P > 32) take the fused decode; the
-  // region takes two kernels with form 3, and ranks 32 and 64 always two kernels (2026-11-30).
+TEST(BgmvPlanFusedDecode, OptInOnlyAndDecodeDefaults) {
+  // No heuristic picks the fused decode (2026-11-30 H200 table). SM90 decode defaults: the
+  // register shrink with one split in its region, else spec §4.1's; the wide expand schedule but
+  // at rank 64 with more than two routes per token.
   for (int64_t t : {1, 2, 4, 8}) {
     for (int64_t k : {1, 2, 6, 8}) {
       for (int64_t r : {8, 16, 32, 64}) {
         const ProblemDesc d = h200_desc(t, k, 3072, r);
         const PlanChoice c = choose_cake_plan(d);
+        const std::string at = "T=" + std::to_string(t) + " k=" + std::to_string(k) +
+                               " R=" + std::to_string(r);
+        EXPECT_FALSE(c.fused_decode) << at;
         const bool region = register_shrink_region(d.num_pairs, r, Arch::kSm90a);
-        EXPECT_EQ(region, d.num_pairs <= 32 && d.num_pairs * (r / 8) <= 96);
-        const bool fits = fused_decode_fits(t, d.num_pairs, 3072, r, c.shrink_launch->splits,
-                                            kH200Sms, kH200FusedBlocksPerSm);
-        EXPECT_EQ(c.fused_decode, !region && r <= 16 && fits)
-            << "T=" << t << " k=" << k << " R=" << r;
+        EXPECT_EQ(region, d.num_pairs <= 32 && d.num_pairs * (r / 8) <= 96) << at;
         if (region) {
-          EXPECT_EQ(c.shrink_launch->form, 3) << "T=" << t << " k=" << k << " R=" << r;
-          EXPECT_EQ(c.shrink_launch->splits, 1);
+          EXPECT_EQ(c.shrink_launch->form, 3) << at;
+          EXPECT_EQ(c.shrink_launch->splits, 1) << at;
         } else {
-          // Same splits as the two-kernel path: the bits do not depend on the choice.
           EXPECT_EQ(c.shrink_launch->splits,
-                    plan_generic_shrink(d.num_pairs, r, 3072, Arch::kSm90a).splits);
+                    select_generic_shrink(d.num_pairs, r, 3072, Arch::kSm90a).splits)
+              << at;
         }
+        EXPECT_EQ(c.schedule_id, r == 64 && k > 2 ? 0 : 1) << at;
+        EXPECT_EQ(plan_generic_schedule(t, d.num_pairs, r, Arch::kSm90a), c.schedule_id) << at;
+        // Elsewhere spec §4.3's schedule: narrow up to T 8.
+        EXPECT_EQ(plan_generic_schedule(t, d.num_pairs, r, Arch::kSm100a), 0) << at;
       }
     }
   }
-  EXPECT_TRUE(choose_cake_plan(h200_desc(8, 6, 3072, 16)).fused_decode);
-  EXPECT_FALSE(choose_cake_plan(h200_desc(8, 6, 3072, 64)).fused_decode);   // rank 64
-  EXPECT_FALSE(choose_cake_plan(h200_desc(8, 8, 3072, 64)).fused_decode);   // 704 CTAs
-  EXPECT_FALSE(choose_cake_plan(h200_desc(16, 2, 3072, 32)).fused_decode);  // T > 8
-  EXPECT_FALSE(choose_cake_plan(h200_desc(8, 9, 1024, 8)).fused_decode);    // P = 72 > 64
-  ProblemDesc blackwell = h200_desc(1, 2, 3072, 32);
-  blackwell.arch = Arch::kSm100a;
-  EXPECT_FALSE(choose_cake_plan(blackwell).fused_decode);
-  ProblemDesc unbuilt = h200_desc(1, 2, 3072, 32);
-  unbuilt.fused_blocks_per_sm = 0;
-  EXPECT_FALSE(choose_cake_plan(unbuilt).fused_decode);
+  EXPECT_EQ(plan_generic_schedule(16, 32, 64, Arch::kSm90a), 1);
+  ProblemDesc forced = h200_desc(8, 6, 3072, 16);
+  forced.fused_decode = true;
+  EXPECT_TRUE(choose_cake_plan(forced).fused_decode);
 }
 
 TEST(BgmvPlanFusedDecode, ForcingOnAndOff) {
@@ -110,7 +107,9 @@ TEST(BgmvPlanFusedDecode, ForcingOnAndOff) {
 
 TEST(BgmvPlanFusedDecode, PrintedInThePlanLine) {
   std::ostringstream os;
-  os << choose_cake_plan(h200_desc(8, 6, 3072, 16));
+  ProblemDesc d = h200_desc(8, 6, 3072, 16);
+  d.fused_decode = true;
+  os << choose_cake_plan(d);
   EXPECT_NE(os.str().find("fused_decode=1"), std::string::npos) << os.str();
 }
 
@@ -124,13 +123,13 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
   spec.top_k = 6;
   bgmv_test::Case c = bgmv_test::make_case(spec);
   std::vector<std::vector<float>> ys;
-  for (const std::optional<bool> forced : {std::optional<bool>(), std::optional<bool>(false)}) {
+  for (const bool forced : {true, false}) {
     BgmvOptions o;
     o.fused_decode = forced;
     BgmvPlan plan =
         prepare_bgmv_moe(c.x_view(), c.a_views(), c.b_views(), c.sorted_view(), c.experts_view(),
                          c.lora_view(), c.weights_view(), spec.experts, o);
-    EXPECT_EQ(plan.fused_decode(), !forced.has_value());
+    EXPECT_EQ(plan.fused_decode(), forced);
     EXPECT_EQ(plan.shrink_launch()->splits, 2);  // P 48, R 16, H 2048: min(2, ceil(128 / 96))
     for (int i = 0; i < 3; ++i) plan.run(nullptr);
     EXPECT_EQ(plan.route_index().ptr<int32_t>()[0], 3);
@@ -139,8 +138,8 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
     ys.emplace_back(y.ptr<float>(), y.ptr<float>() + y.numel());
   }
   EXPECT_EQ(ys[0], ys[1]);
-  // CAKEMOE_BGMV_FUSED_DECODE=0 turns the heuristic off; an explicit option still wins.
-  ::setenv("CAKEMOE_BGMV_FUSED_DECODE", "0", 1);
+  // CAKEMOE_BGMV_FUSED_DECODE=1 opts in where the grid fits; an explicit option still wins.
+  ::setenv("CAKEMOE_BGMV_FUSED_DECODE", "1", 1);
   const auto prepare = [&](std::optional<bool> forced) {
     BgmvOptions o;
     o.fused_decode = forced;
@@ -148,29 +147,28 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
                             c.lora_view(), c.weights_view(), spec.experts, o);
   };
   const bool env_default = prepare(std::nullopt).fused_decode();
-  const bool env_forced = prepare(true).fused_decode();
+  const bool env_off = prepare(false).fused_decode();
   ::unsetenv("CAKEMOE_BGMV_FUSED_DECODE");
-  EXPECT_FALSE(env_default);
-  EXPECT_TRUE(env_forced);
+  EXPECT_TRUE(env_default);
+  EXPECT_FALSE(env_off);
+  EXPECT_FALSE(prepare(std::nullopt).fused_decode());
 }
 
 TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
-  // 3072/16/T8/k6 picks the fused decode with the selector's splits.
+  // 3072/16/T8/k6: the selector's (form 2, 2 splits).
   ProblemDesc d = h200_desc(8, 6, 3072, 16);
   const PlanChoice chosen = choose_cake_plan(d);
-  ASSERT_TRUE(chosen.fused_decode);
   ASSERT_TRUE(chosen.shrink_launch.has_value());
-  EXPECT_EQ(chosen.shrink_launch->splits, select_generic_shrink(48, 16, 3072, Arch::kSm90a).splits);
+  EXPECT_EQ(chosen.shrink_launch->form, 2);
+  EXPECT_EQ(chosen.shrink_launch->splits, 2);
   d.shrink_override = ShrinkLaunch{3, 1};
   const PlanChoice forced = choose_cake_plan(d);
   ASSERT_TRUE(forced.shrink_launch.has_value());
   EXPECT_EQ(forced.shrink_launch->form, 3);
   EXPECT_EQ(forced.shrink_launch->splits, 1);
   EXPECT_EQ(forced.shrink_splits, 1);
-  EXPECT_FALSE(forced.fused_decode) << "a forced shrink keeps the fused decode heuristic off";
   d.fused_decode = true;
-  EXPECT_TRUE(choose_cake_plan(d).fused_decode) << "an explicit fused_decode still wins";
-  d.fused_decode.reset();
+  EXPECT_TRUE(choose_cake_plan(d).fused_decode) << "fused_decode=true with a forced shrink";
   for (const ShrinkLaunch bad : {ShrinkLaunch{1, 1}, ShrinkLaunch{4, 1}, ShrinkLaunch{3, 0},
                                  ShrinkLaunch{3, 9}}) {
     d.shrink_override = bad;
@@ -181,11 +179,11 @@ TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
   EXPECT_THROW(choose_cake_plan(many), InvalidArgument);
   many.shrink_override = ShrinkLaunch{3, 1};
   EXPECT_EQ(choose_cake_plan(many).shrink_launch->form, 3);
-  // The generic expand schedule: 0 at T <= 8, forced 1; 2 is not a generic schedule.
+  // The generic expand schedule: wide at this decode size, forced narrow; 2 is not a generic one.
   ProblemDesc wide = h200_desc(4, 2, 3072, 16);
-  EXPECT_EQ(choose_cake_plan(wide).schedule_id, 0);
-  wide.generic_schedule_override = 1;
   EXPECT_EQ(choose_cake_plan(wide).schedule_id, 1);
+  wide.generic_schedule_override = 0;
+  EXPECT_EQ(choose_cake_plan(wide).schedule_id, 0);
   wide.generic_schedule_override = 2;
   EXPECT_THROW(choose_cake_plan(wide), InvalidArgument);
 }
