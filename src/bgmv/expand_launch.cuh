@@ -26,8 +26,9 @@ void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
 }
 
 /// Schedule 0, narrow: 64 threads, one (column, lane) slot each, so 64 / G columns per CTA and
-/// 8 routes' loads in flight per thread (small T: many CTAs, short ones; SM90 plans take it at
-/// rank 64 with more than two routes per token, where k 6 / 8 are one trip).
+/// 4 routes' loads in flight per thread (small T: many CTAs, short ones; SM90 plans take it at
+/// rank 64 with more than two routes per token). 8 routes per trip measured 10-17 % slower at
+/// T 4 / 8 (116 registers; bench/results/2026-11-30_*_bgmv-decode.md).
 /// Schedule 1, wide: 128 threads x 128 columns, G slots per thread, 8 B vectors in flight per
 /// thread (route discovery amortised over 128 columns).
 template <bool kFp16, int kRank>
@@ -39,7 +40,7 @@ void launch_expand_schedule(const CakeParams& p, cudaStream_t stream) {
   if (p.schedule_id == 1) {
     launch_expand_instance<kFp16, kRank, 128, kGroups, kWideBatch>(p, stream);
   } else {
-    launch_expand_instance<kFp16, kRank, 64, 1, 8>(p, stream);
+    launch_expand_instance<kFp16, kRank, 64, 1, 4>(p, stream);
   }
 }
 
