@@ -30,6 +30,7 @@ constexpr int kFormRegisters = 3;  // x and A of 4 k tiles per trip in registers
 // the fused decode and the specialized body from T 1 up to these sizes.
 constexpr int64_t kRegisterShrinkMaxPairs = 32;
 constexpr int64_t kRegisterShrinkMaxCtas = 96;
+constexpr int64_t kRegisterShrinkRank32MinHidden = 4096;
 
 // spec §4.4 PDL: expand CTAs per SM that still count as a "small" grid, at 128 columns per CTA.
 constexpr int64_t kPdlExpandCols = 128;
@@ -54,13 +55,13 @@ constexpr int64_t kGroupedMaxTileRows = 65536;
 constexpr int64_t kGroupStageXMaxBytes = 100 * 1024;  // A + 4 x rows: H <= 4096, >= 2 CTAs/SM
 constexpr int64_t kGroupStageAMaxBytes = 112 * 1024;  // A alone: H <= 7168
 // From this many routes per bin (2+ parts per tile) A alone wins: a 4th CTA per SM beats staging
-// the first part's x (bench/results/2026-11-29_*_bgmv-grouped-stage.md: 2-5 % at k 6 / 8, T >= 1024;
-// A and x win by 1-3 % at 2-4 routes per bin).
+// the first part's x (bench/results/2026-11-29_*_bgmv-grouped-stage.md: 2-5 % at k 6 / 8, T >=
+// 1024; A and x win by 1-3 % at 2-4 routes per bin).
 constexpr int64_t kGroupStageAMinRoutesPerBin = 6;
 // The fused stage by default only where 4 CTAs fit per SM (bench/NOTES.md, session 5).
 constexpr int64_t kGroupFusedDefaultMaxBytes = 48 * 1024;
-constexpr int64_t kGroupAlignPadWords = 3;            // tile_info starts 16-byte aligned
-constexpr int64_t kGroupTileRowWords = 64 / 2;         // tile_rows: rank <= 64 16-bit values
+constexpr int64_t kGroupAlignPadWords = 3;      // tile_info starts 16-byte aligned
+constexpr int64_t kGroupTileRowWords = 64 / 2;  // tile_rows: rank <= 64 16-bit values
 
 // cakemoe's SM90 grouped crossover (H200 measurements, bench/NOTES.md).
 constexpr int64_t kGroupedSm90MinPairs = 1024;
@@ -72,7 +73,6 @@ constexpr int64_t kGroupedSm90MinTokensRank64 = 512;
 constexpr int64_t kRemapMinPairs = 1024;
 constexpr int64_t kRemapMinWeightBytes = 220ll * 1024 * 1024;
 constexpr int64_t kRemapRank64MinHidden = 4096;
-
 
 // spec §7 specialized bodies.
 constexpr int64_t kSpecializedRank = 32;
@@ -178,7 +178,13 @@ ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidd
 
 ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch) {
   ShrinkLaunch launch = select_generic_shrink(num_pairs, rank, hidden, arch);
-  if (register_shrink_region(num_pairs, rank, arch)) launch = {kFormRegisters, 1};
+  if (register_shrink_region(num_pairs, rank, arch)) return {kFormRegisters, 1};
+  // NOTE: above the region the register form (same splits) measured 2-10 % faster on SM90 at
+  // rank 64 and at rank 32 with H >= 4096, and 1-8 % slower at ranks 16 / 32 below that.
+  if (arch == Arch::kSm90a &&
+      (rank == 64 || (rank == 32 && hidden >= kRegisterShrinkRank32MinHidden))) {
+    launch.form = kFormRegisters;
+  }
   return launch;
 }
 
@@ -408,8 +414,7 @@ Variant choose_variant(const ProblemDesc& p) {
                     std::to_string(p.variant_override));
   if (p.variant_override < 0) {
     if (generic_pipeline_forced(p)) return Variant::kGeneric;
-    return select_variant(p.num_tokens, p.num_pairs, p.hidden, p.rank, p.arch,
-                          p.specialized_built);
+    return select_variant(p.num_tokens, p.num_pairs, p.hidden, p.rank, p.arch, p.specialized_built);
   }
   if (p.variant_override == 0) return Variant::kGeneric;
   core::require(is_specialized_shape(p.hidden, p.rank), "variant",
@@ -525,8 +530,8 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
     c.fused_decode = true;
   } else if (!p.fused_decode.has_value() && p.fused_decode_where_fits && !c.grouped &&
              !c.order_remap) {
-    c.fused_decode = fused_decode_fits(p.num_tokens, p.num_pairs, p.hidden, p.rank,
-                                       shrink.splits, p.num_sms, p.fused_blocks_per_sm);
+    c.fused_decode = fused_decode_fits(p.num_tokens, p.num_pairs, p.hidden, p.rank, shrink.splits,
+                                       p.num_sms, p.fused_blocks_per_sm);
   }
   // NOTE: no heuristic picks the fused decode since 2026-11-30: on the H200, the one GPU it was
   // measured on, the two-kernel plan with the register shrink, the one-trip route scan and the

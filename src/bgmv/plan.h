@@ -35,8 +35,9 @@ struct Capability {
 /// the register shrink (form 3, one split) and never the fused decode.
 bool register_shrink_region(int64_t num_pairs, int64_t rank, Arch arch);
 /// The generic plan's shrink (and the splits every variant uses, so their bits agree): spec
-/// §4.1's rule (select_generic_shrink), except form 3 with one split in the register-shrink
-/// region (a cakemoe deviation).
+/// §4.1's rule (select_generic_shrink), except on SM90 (cakemoe deviations, measured): form 3
+/// with one split in the register-shrink region, and form 3 with spec's splits at rank 64 and at
+/// rank 32 with H >= 4096.
 ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);
 /// spec §4.1: generic shrink (form, splits) for P pairs, rank R, hidden H.
 ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);
@@ -190,13 +191,13 @@ struct ProblemDesc {
   Arch arch = Arch::kSm90a;
   int num_sms = 132;
   bool specialized_built = false;
-  std::optional<bool> grouped;       ///< forced value, or heuristic when unset
-  std::optional<bool> order_remap;   ///< forced value, or heuristic when unset
-  std::optional<bool> fused_decode;  ///< true: forced; unset / false: the two-kernel path
+  std::optional<bool> grouped;           ///< forced value, or heuristic when unset
+  std::optional<bool> order_remap;       ///< forced value, or heuristic when unset
+  std::optional<bool> fused_decode;      ///< true: forced; unset / false: the two-kernel path
   bool fused_decode_where_fits = false;  ///< unset fused_decode: fused where the grid fits (A/B)
-  int fused_blocks_per_sm = 0;       ///< occupancy of the fused kernel (0: not built)
-  int variant_override = -1;         ///< -1 select_variant, 0 generic, 1 specialized (forced)
-  int schedule_override = -1;        ///< specialized schedule 0 / 1 / 2 forced; -1 selector
+  int fused_blocks_per_sm = 0;           ///< occupancy of the fused kernel (0: not built)
+  int variant_override = -1;             ///< -1 select_variant, 0 generic, 1 specialized (forced)
+  int schedule_override = -1;            ///< specialized schedule 0 / 1 / 2 forced; -1 selector
   /// Generic shrink (form 0 / 2 / 3, splits) forced instead of plan_generic_shrink's (A/B runs).
   std::optional<ShrinkLaunch> shrink_override;
   /// Generic expand schedule 0 (narrow) / 1 (wide) forced instead of select_generic_schedule's.

@@ -56,9 +56,10 @@ TEST(BgmvPlanFusedDecode, OptInOnlyAndDecodeDefaults) {
           EXPECT_EQ(c.shrink_launch->form, 3) << at;
           EXPECT_EQ(c.shrink_launch->splits, 1) << at;
         } else {
-          EXPECT_EQ(c.shrink_launch->splits,
-                    select_generic_shrink(d.num_pairs, r, 3072, Arch::kSm90a).splits)
-              << at;
+          const ShrinkLaunch spec = select_generic_shrink(d.num_pairs, r, 3072, Arch::kSm90a);
+          EXPECT_EQ(c.shrink_launch->splits, spec.splits) << at;
+          // Rank 64 takes the register form above the region too (H 3072: rank 32 does not).
+          EXPECT_EQ(c.shrink_launch->form, r == 64 ? 3 : spec.form) << at;
         }
         EXPECT_EQ(c.schedule_id, r == 64 && k > 2 ? 0 : 1) << at;
         EXPECT_EQ(plan_generic_schedule(t, d.num_pairs, r, Arch::kSm90a), c.schedule_id) << at;
@@ -68,6 +69,11 @@ TEST(BgmvPlanFusedDecode, OptInOnlyAndDecodeDefaults) {
     }
   }
   EXPECT_EQ(plan_generic_schedule(16, 32, 64, Arch::kSm90a), 1);
+  // Rank 32 takes the register form above the region from H 4096; never off SM90.
+  EXPECT_EQ(plan_generic_shrink(512, 32, 4096, Arch::kSm90a).form, 3);
+  EXPECT_EQ(plan_generic_shrink(512, 32, 3072, Arch::kSm90a).form, 0);
+  EXPECT_EQ(plan_generic_shrink(512, 64, 2048, Arch::kSm100a).form,
+            select_generic_shrink(512, 64, 2048, Arch::kSm100a).form);
   ProblemDesc forced = h200_desc(8, 6, 3072, 16);
   forced.fused_decode = true;
   EXPECT_TRUE(choose_cake_plan(forced).fused_decode);
