@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "bgmv/cake_device.cuh"
 #include "bgmv/cake_launch.h"
@@ -21,13 +22,16 @@ namespace dev {
 
 constexpr int kPortableCols = 128;
 constexpr int kPortableMaxGroups = static_cast<int>(kPortableMaxRank / 8);
-static_assert(kPortableMaxGroups == 16, "portable_expand_kernel folds 16 group values");
+static_assert(kPortableMaxGroups == 16, "the expand instances cover 1, 2, 4, 8 and 16 groups");
 
-/// One level of the lane fold: v[i] += v[i + kOff] for i < kOff.
+/// The lane fold from offset kOff down to 1: v[i] += v[i + off] for i < off.
 template <int kOff>
-CAKEMOE_DEVICE void fold_level(float* v) {
+CAKEMOE_DEVICE void fold_levels(float* v) {
+  if constexpr (kOff >= 1) {
 #pragma unroll
-  for (int i = 0; i < kOff; ++i) v[i] = v[i] + v[i + kOff];
+    for (int i = 0; i < kOff; ++i) v[i] = v[i] + v[i + kOff];
+    fold_levels<kOff / 2>(v);
+  }
 }
 
 /// Part of rank group g of one route (canonical: FMA over the group's ranks, then weighted).
@@ -50,7 +54,8 @@ CAKEMOE_DEVICE float group_part(const float* s_row, const uint4& b_vec, const ui
 /// Token, expert, weight and the shrink row are read in one trip, the LoRA in a second, B's
 /// row in a third, all before griddepcontrol.wait (none of them is written by the shrink); only
 /// the shrink row's widening and the atomics wait for the shrink grid.
-template <bool kFp16>
+/// kGroups: a power of two >= ceil(R / 8) (the instance keeps that many B vectors in registers).
+template <bool kFp16, int kGroups>
 __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const PortableParams p,
                                                                         bool vec) {
   __shared__ float s_row[kPortableMaxRank];
@@ -67,9 +72,9 @@ __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const Po
   const uint16_t* b_row =
       static_cast<const uint16_t*>(p.lora_b[s]) + ((l * p.E + e) * p.F + (live ? col : 0)) * p.R;
   const int groups = static_cast<int>((p.R + 7) / 8);
-  uint4 b_vec[kPortableMaxGroups];
+  uint4 b_vec[kGroups];
 #pragma unroll
-  for (int g = 0; g < kPortableMaxGroups; ++g) {
+  for (int g = 0; g < kGroups; ++g) {
     if (vec && live && g < groups) b_vec[g] = *reinterpret_cast<const uint4*>(b_row + 8 * g);
   }
   dev::pdl_wait();  // the shrink rows (and y's zeros) are the shrink grid's
@@ -77,18 +82,15 @@ __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const Po
   for (int64_t r = threadIdx.x; r < p.R; r += kPortableCols) s_row[r] = widen<kFp16>(shrink[r]);
   __syncthreads();
   if (!live) return;
-  float v[kPortableMaxGroups];
+  float v[kGroups];
 #pragma unroll
-  for (int g = 0; g < kPortableMaxGroups; ++g) {
+  for (int g = 0; g < kGroups; ++g) {
     v[g] = g < groups ? group_part<kFp16>(s_row, b_vec[g], b_row, g, p.R, vec, w) : 0.0f;
   }
   // The fold over the next power of two lanes L >= groups (offsets L / 2, ..., 1), written as
-  // the fold over all 16: the levels above L only add the +0 of empty groups, which leaves every
-  // value as it is but a -0 (made +0), and y, which starts at +0, cannot tell those apart.
-  fold_level<8>(v);
-  fold_level<4>(v);
-  fold_level<2>(v);
-  fold_level<1>(v);
+  // the fold over all kGroups: the levels above L only add the +0 of empty groups, which leaves
+  // every value as it is but a -0 (made +0), and y, which starts at +0, cannot tell those apart.
+  fold_levels<kGroups / 2>(v);
   atomicAdd(p.y + t * (p.S * p.F) + s * p.F + col, v[0]);
 }
 
@@ -111,7 +113,17 @@ inline void launch_portable_expand_unit(const PortableParams& p, void* stream) {
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = p.pdl != 0 ? 1 : 0;
-  const auto kernel = p.dtype == 1 ? portable_expand_kernel<true> : portable_expand_kernel<false>;
+  // The smallest instance that holds the rank's groups: fewer registers, more CTAs per SM.
+  const int64_t groups = (p.R + 7) / 8;
+  const auto pick = [&](auto fp16) {
+    constexpr bool kFp16 = decltype(fp16)::value;
+    return groups <= 1   ? portable_expand_kernel<kFp16, 1>
+           : groups <= 2 ? portable_expand_kernel<kFp16, 2>
+           : groups <= 4 ? portable_expand_kernel<kFp16, 4>
+           : groups <= 8 ? portable_expand_kernel<kFp16, 8>
+                         : portable_expand_kernel<kFp16, 16>;
+  };
+  const auto kernel = p.dtype == 1 ? pick(std::true_type{}) : pick(std::false_type{});
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, p, vec);
   if (status != cudaSuccess) (void)cudaGetLastError();
   CAKEMOE_CUDA_CHECK(status);
