@@ -74,6 +74,21 @@ CAKEMOE_DEVICE void shrink_tile_loop(uint4* ring, int64_t t0, int64_t t1, int64_
   cp_async_wait<0>();
 }
 
+/// One 16-byte chunk of the canonical fma chains (spec §3.2): acc[i] += x[e] * a[i][e] for the
+/// chunk's 8 elements in order, for each of the CTA's 8 rank rows.
+template <bool kFp16>
+CAKEMOE_DEVICE void shrink_fma_chunk(const uint4& x, const uint4 (&a)[kRankTile], float* acc) {
+  float xf[8];
+  unpack8<kFp16>(x, xf);
+#pragma unroll
+  for (int i = 0; i < kRankTile; ++i) {
+    float af[8];
+    unpack8<kFp16>(a[i], af);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[i] = fmaf(xf[e], af[e], acc[i]);
+  }
+}
+
 /// k tiles of the register form whose loads one thread has in flight at once.
 constexpr int kShrinkRegTiles = 4;
 
@@ -100,15 +115,7 @@ CAKEMOE_DEVICE void shrink_tile_registers(int64_t t0, int64_t t1, int64_t hidden
 #pragma unroll
     for (int d = 0; d < kShrinkRegTiles; ++d) {
       if (base + d >= t1 || (base + d) * kShrinkTile + lane_k >= hidden) continue;
-      float xf[8];
-      unpack8<kFp16>(xv[d], xf);
-#pragma unroll
-      for (int i = 0; i < kRankTile; ++i) {
-        float af[8];
-        unpack8<kFp16>(av[d][i], af);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[i] = fmaf(xf[e], af[e], acc[i]);
-      }
+      shrink_fma_chunk<kFp16>(xv[d], av[d], acc);
     }
   }
 }

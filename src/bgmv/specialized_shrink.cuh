@@ -56,15 +56,7 @@ CAKEMOE_DEVICE void specialized_shrink_fma(int t0, int t1, const uint4 (&xv)[kTi
 #pragma unroll
   for (int tile = 0; tile < kTiles; ++tile) {
     if (tile < t0 || tile >= t1 || !specialized_chunk_in<kHidden>(tile, tid)) continue;
-    float xf[8];
-    unpack8<kFp16>(xv[tile], xf);
-#pragma unroll
-    for (int i = 0; i < kRankTile; ++i) {
-      float af[8];
-      unpack8<kFp16>(av[tile][i], af);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[i] = fmaf(xf[e], af[e], acc[i]);
-    }
+    shrink_fma_chunk<kFp16>(xv[tile], av[tile], acc);
   }
 }
 
