@@ -20,12 +20,13 @@
 #include "bgmv/cake_device.cuh"
 #include "bgmv/decode_fused_launch.h"
 #include "bgmv/route_index.cuh"
+#include "bgmv/shrink_cake.cuh"
 
 namespace cakemoe {
 namespace bgmv {
 namespace dev {
 
-constexpr int kFusedRankTile = 8;                  // rank rows per shrink CTA
+constexpr int kFusedRankTile = kRankTile;          // rank rows per shrink CTA
 constexpr int64_t kFusedTile = kFusedThreads * 8;  // K elements per shrink tile (§3.2)
 constexpr int kFusedWarps = kFusedThreads / kWarp;
 constexpr int kFusedBatch = 32;       // routes whose shrink rows are staged in smem at once
@@ -132,15 +133,7 @@ CAKEMOE_DEVICE void fused_shrink(const CakeParams& p, int64_t b, FusedShrinkShar
     for (int i = 0; i < kFusedRankTile; ++i) {
       an[i] = load16_or_zero(a_rows + i * p.H, kn, p.H, more);
     }
-    float xf[8];
-    unpack8<kFp16>(xv, xf);
-#pragma unroll
-    for (int i = 0; i < kFusedRankTile; ++i) {
-      float af[8];
-      unpack8<kFp16>(av[i], af);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) acc[i] = fmaf(xf[k], af[k], acc[i]);
-    }
+    shrink_fma_chunk<kFp16>(xv, av, acc);
     xv = xn;
 #pragma unroll
     for (int i = 0; i < kFusedRankTile; ++i) av[i] = an[i];
