@@ -1,7 +1,8 @@
 // Portable fallback expand (spec §9): pair-owned, grid (P, ceil(F / 128), S) x 128 threads, one
-// thread per output column, a programmatic dependent of the shrink when p.pdl. Per route it builds the §3.2 rank-group partials (groups of 8 ranks,
-// the last one short), weights each one (fmaf(part, w, 0)), folds them with the butterfly over
-// the next power of two lanes and adds the result to y with an FP32 atomic.
+// thread per output column, a programmatic dependent of the shrink when p.pdl. Per route it
+// builds the §3.2 rank-group partials (groups of 8 ranks, the last one short), weights each one
+// (fmaf(part, w, 0)), folds them with the butterfly over the next power of two lanes and adds the
+// result to y with an FP32 atomic.
 // NOTE: the atomics make y independent of pair order only up to rounding: a token with one route
 // matches the reference bit for bit, two routes are order-independent (IEEE addition commutes),
 // three or more may differ in the last bits between replays (spec §9).

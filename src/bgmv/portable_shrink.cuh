@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(kPortableThreads) portable_shrink_kernel(const
     return;
   }
   const uint16_t* x_row = static_cast<const uint16_t*>(p.x) + t * p.H;
-  const uint16_t* a_rows = static_cast<const uint16_t*>(p.lora_a[s]) + ((l * p.E + e) * p.R + r0) * p.H;
+  const uint16_t* a_rows =
+      static_cast<const uint16_t*>(p.lora_a[s]) + ((l * p.E + e) * p.R + r0) * p.H;
   float acc[kPortableRankTile];
 #pragma unroll
   for (int i = 0; i < kPortableRankTile; ++i) acc[i] = 0.0f;
