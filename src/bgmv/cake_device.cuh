@@ -87,13 +87,13 @@ CAKEMOE_DEVICE void pdl_wait() {
 #endif
 }
 
-/// Host: launches `kernel(params)` on `stream`, as a programmatic dependent of the kernel before
+/// Host: launches `kernel(args...)` on `stream`, as a programmatic dependent of the kernel before
 /// it on the stream when `dependent` (its pdl_wait() then waits for that kernel). A failed
 /// launch's error is cleared before the throw, so a later cudaGetLastError does not report it
 /// again.
-template <typename Params>
-inline void launch_pdl(void (*kernel)(Params), dim3 grid, dim3 block, size_t smem,
-                       cudaStream_t stream, bool dependent, const Params& params) {
+template <typename... Params, typename... Args>
+inline void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t stream, bool dependent, const Args&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -104,7 +104,7 @@ inline void launch_pdl(void (*kernel)(Params), dim3 grid, dim3 block, size_t sme
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = dependent ? 1 : 0;
-  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, params);
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, args...);
   if (status != cudaSuccess) (void)cudaGetLastError();
   CAKEMOE_CUDA_CHECK(status);
 }

@@ -105,15 +105,6 @@ inline void launch_portable_expand_unit(const PortableParams& p, void* stream) {
   for (int s = 0; s < p.S; ++s) {
     vec = vec && reinterpret_cast<uintptr_t>(p.lora_b[s]) % 16 == 0;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(kPortableCols);
-  config.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attribute[1] = {};
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = p.pdl != 0 ? 1 : 0;
   // The smallest instance that holds the rank's groups: fewer registers, more CTAs per SM.
   const int64_t groups = (p.R + 7) / 8;
   const auto pick = [&](auto fp16) {
@@ -125,9 +116,8 @@ inline void launch_portable_expand_unit(const PortableParams& p, void* stream) {
                          : portable_expand_kernel<kFp16, 16>;
   };
   const auto kernel = p.dtype == 1 ? pick(std::true_type{}) : pick(std::false_type{});
-  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, p, vec);
-  if (status != cudaSuccess) (void)cudaGetLastError();
-  CAKEMOE_CUDA_CHECK(status);
+  launch_pdl(kernel, grid, dim3(kPortableCols), 0, static_cast<cudaStream_t>(stream), p.pdl != 0,
+             p, vec);
 }
 
 }  // namespace dev
