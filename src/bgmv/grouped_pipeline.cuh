@@ -54,6 +54,14 @@ void launch_ring_shrink(const GroupedParams& p, cudaStream_t stream) {
                   p.pdl != 0, p);
 }
 
+/// The last stage after either expand form (two-kernel or fused): the combine, unless the bench
+/// cut the plan before it (last_stage < 3).
+inline void launch_combine(const GroupedParams& p, cudaStream_t stream) {
+  if (p.last_stage < 3) return;
+  launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, p.pdl != 0,
+               stream, p);
+}
+
 template <bool kBf16, int kRank, int kTiles>
 void launch_expand_tiles(const GroupedParams& p, cudaStream_t stream) {
   const dim3 grid((p.max_tiles + kTiles - 1) / kTiles,
@@ -65,7 +73,6 @@ void launch_expand_tiles(const GroupedParams& p, cudaStream_t stream) {
 
 template <bool kBf16, int kRank>
 void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
-  const bool pdl = p.pdl != 0;
   switch (p.expand_tiles) {
     case 1:
       launch_expand_tiles<kBf16, kRank, 1>(p, stream);
@@ -81,9 +88,7 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
                             "the grouped expand takes 1, 2 or 4 tiles per CTA, got " +
                                 std::to_string(p.expand_tiles));
   }
-  if (p.last_stage < 3) return;
-  launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, pdl, stream,
-               p);
+  launch_combine(p, stream);
 }
 
 /// Calls f(std::integral_constant<int, R>) for the grouped pipeline's rank R (8, 16, 32 or 64).
@@ -140,9 +145,7 @@ void launch_fused(const GroupedParams& p, cudaStream_t stream) {
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, p);
   if (status != cudaSuccess) (void)cudaGetLastError();
   CAKEMOE_CUDA_CHECK(status);
-  if (p.last_stage < 3) return;
-  launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, p.pdl != 0,
-               stream, p);
+  launch_combine(p, stream);
 }
 
 template <bool kBf16>
