@@ -38,6 +38,10 @@ struct CakeParams {
   /// 1 = 128 threads x 128 columns, R/8 column lanes each
   int schedule_id = 0;
   int pdl_mode = 0;  ///< spec §4.4: 0 plain, 1 early trigger, 2 late trigger
+  /// 1: the expand picks its pre-wait mode from P and T (expand_cake.cuh, enum Prewait: staged B
+  /// in shared memory at small T, the staged contiguous pair at P > 256); 0: the register batch
+  /// only (CAKEMOE_BGMV_PREWAIT=0, A/B runs). Same bits either way.
+  int prewait = 1;
 };
 
 /// Shrink: grid (P, R/8, splits) x 128 threads. Writes shrink_out and publishes routes (§3.3).

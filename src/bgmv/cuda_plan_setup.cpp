@@ -105,6 +105,13 @@ int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
   return std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
 }
 
+// CAKEMOE_BGMV_PREWAIT=0 keeps the expand's pre-wait loads to the register batch
+// (CakeParams::prewait; A/B runs, the bits do not depend on it).
+int prewait_from_env() {
+  const char* env = std::getenv("CAKEMOE_BGMV_PREWAIT");
+  return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
+}
+
 // CAKEMOE_BGMV_EXPAND_TILES=1|2|4 replaces the grouped expand's tiles per CTA (A/B runs; the
 // bits do not depend on it).
 int grouped_expand_tiles_from_env(int chosen) {
@@ -256,6 +263,7 @@ CakeParams cake_params(const BgmvPlan::Impl& impl) {
   cp.splits = c.shrink_splits;
   cp.schedule_id = c.schedule_id.value_or(0);
   cp.pdl_mode = c.launch_pdl_mode;
+  cp.prewait = prewait_from_env();
   return cp;
 }
 

@@ -95,6 +95,7 @@ struct LaunchConfig {
   int splits = -1;
   int schedule = -1;
   int pdl = -1;
+  int prewait = -1;      ///< CakeParams::prewait (-1: its default, 1)
   bool remap = false;    ///< a random CTA order (spec §6) instead of the identity
   int64_t y_pad = 16;    ///< canary columns right of each y row
 };
@@ -138,6 +139,7 @@ class CakeRun {
     p_.form = cfg.form >= 0 ? cfg.form : pick.form;
     p_.splits = cfg.splits >= 0 ? cfg.splits : pick.splits;
     p_.schedule_id = cfg.schedule >= 0 ? cfg.schedule : bgmv::select_generic_schedule(t_n);
+    if (cfg.prewait >= 0) p_.prewait = cfg.prewait;
     p_.pdl_mode = cfg.pdl >= 0 ? cfg.pdl
                                : bgmv::select_pdl_mode(bgmv::Variant::kGeneric, t_n, h,
                                                        bgmv::Arch::kSm90a, 132);

@@ -487,15 +487,21 @@ TEST(BgmvKernelsGpu, PortableSpecFallbackShapes) {
 // ---- Lane-cooperative expand (R/8 lanes per column, batched routes, pre-wait route scan) -------
 
 /// One Cake problem over several forced expand schedules and PDL modes (fresh route index each).
+/// Both schedules x every PDL mode x both pre-wait settings (CakeParams::prewait: the staged B
+/// of small T and the staged contiguous pair against the register batch alone).
 void check_expand_variants(const CaseSpec& spec, bgmv_test::Case& c, int runs, const char* label) {
   for (int schedule : {0, 1}) {
     for (int pdl : {0, 1, 2}) {
-      LaunchConfig cfg;
-      cfg.schedule = schedule;
-      cfg.pdl = pdl;
-      SCOPED_TRACE(std::string(label) + " k=" + std::to_string(spec.top_k));
-      check_cake(c, cfg, runs, "forced schedule / pdl");
-      if (::testing::Test::HasFatalFailure()) return;
+      for (int prewait : {1, 0}) {
+        LaunchConfig cfg;
+        cfg.schedule = schedule;
+        cfg.pdl = pdl;
+        cfg.prewait = prewait;
+        SCOPED_TRACE(std::string(label) + " k=" + std::to_string(spec.top_k) +
+                     " prewait=" + std::to_string(prewait));
+        check_cake(c, cfg, runs, "forced schedule / pdl / prewait");
+        if (::testing::Test::HasFatalFailure()) return;
+      }
     }
   }
 }
@@ -522,6 +528,11 @@ TEST(BgmvKernelsGpu, ExpandLaneLayoutLargeTopKSmallTokens) {
       {3000, 32, 24, 8, DType::kFP16, PairOrder::kSlotMajor},
       {3000, 16, 7, 7, DType::kBF16, PairOrder::kSlotMajor},  // k odd: a partial batch
       {1000, 8, 6, 5, DType::kFP16, PairOrder::kExpertSorted},
+      // Past the staged routes (8 in all at most): the register loop after the staged batches.
+      {3000, 16, 3, 13, DType::kBF16, PairOrder::kSlotMajor},
+      {1000, 64, 3, 12, DType::kFP16, PairOrder::kTokenMajor},
+      {3000, 8, 4, 11, DType::kBF16, PairOrder::kExpertSorted},
+      {1000, 32, 2, 3, DType::kFP16, PairOrder::kSlotMajor},  // one staged route of a batch
   };
   for (const Row& r : rows) {
     CaseSpec spec;
@@ -588,6 +599,28 @@ TEST(BgmvKernelsGpu, ContiguousLayoutAboveScanLimitWithARouteElsewhere) {
   c.lora_indices[2] = 1;
   c.sorted_token_ids[2 * spec.tokens - 1] = 2;
   check_expand_variants(spec, c, 4, "contiguous + published route, P 280");
+}
+
+// The contiguous pair staged before the wait (kPrewaitPair, P > 256, P == 2T) gives the bits of
+// the route-index path, also where a token owns a published route besides its implicit pair (the
+// staged list is then dropped), where a token has no LoRA and where a pair is padding.
+TEST(BgmvKernelsGpu, StagedContiguousPairIsBitwiseExact) {
+  CAKEMOE_REQUIRE_GPU();
+  for (int64_t rank : {16, 64}) {
+    CaseSpec spec;
+    spec.tokens = 140;  // P 280 > 256: the route-index path
+    spec.hidden = 1000;
+    spec.rank = rank;
+    spec.seed = 44 + static_cast<uint64_t>(rank);
+    spec.nan_unused_blocks = false;
+    bgmv_test::Case c = bgmv_test::make_case(spec);
+    c.lora_indices[2] = 1;
+    c.lora_indices[5] = -1;
+    c.sorted_token_ids[2 * spec.tokens - 1] = 2;  // token 2 also owns the last pair
+    c.sorted_token_ids[9] = -1;                   // token 4 keeps only pair 8
+    check_expand_variants(spec, c, 4, rank == 16 ? "staged pair r16" : "staged pair r64");
+    if (HasFatalFailure()) return;
+  }
 }
 
 TEST(BgmvKernelsGpu, SerialScanAcrossChunksAboveScanLimit) {
