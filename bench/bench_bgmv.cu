@@ -4,12 +4,13 @@
 // portable path of the same inputs in the same run.
 //
 //   bench_bgmv [--quick] [--stages] [--variants] [--specialized] [--flush=memset] [--reps=N]
-//              [--budget=SECONDS] [--benchmark_out=FILE ...]
+//              [--budget=SECONDS] [--rows=H,R,T,k,L;...] [--benchmark_out=FILE ...]
 //
 // --quick: H 3072 only (plus the 4-LoRA comparison rows). The default matrix is hidden {2688,
 // 3072, 4096} x rank {16, 32, 64} x T {1 .. 2048} x top-k {2, 6, 8}, 8 LoRAs x 128 experts; it
 // stops early (and says so) when the time budget (default 150 s) runs out. --benchmark_out
-// (passed by scripts/gpu-check.sh) receives a small JSON copy of the table.
+// (passed by scripts/gpu-check.sh) receives a small JSON copy of the table. --rows keeps only
+// the table rows of those shapes (e.g. one row's Cake and portable graphs under ncu).
 // --stages: only the per-stage table of bench_bgmv_stages.cuh (whole plan, order build, shrink,
 // expand, empty graphs) for seven representative rows. --variants: every Cake pipeline forced
 // on the same inputs (bench_bgmv_variants.cuh), T >= 128, to place the selector's crossovers;
@@ -161,6 +162,22 @@ void print_targets(const std::vector<Row>& rows) {
   }
 }
 
+/// --rows=H,R,T,k,L[;H,R,T,k,L...]: whether table shape s (any E) is one of them.
+bool row_selected(const std::string& rows, const Shape& s) {
+  size_t at = 0;
+  while (at < rows.size()) {
+    const size_t end = std::min(rows.find(';', at), rows.size());
+    long long h = 0, r = 0, t = 0, k = 0, l = 0;
+    if (std::sscanf(rows.substr(at, end - at).c_str(), "%lld,%lld,%lld,%lld,%lld", &h, &r, &t, &k,
+                    &l) == 5 &&
+        h == s.hidden && r == s.rank && t == s.tokens && k == s.top_k && l == s.loras) {
+      return true;
+    }
+    at = end + 1;
+  }
+  return false;
+}
+
 void write_json(const std::string& path, const std::vector<Row>& rows) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return;
@@ -184,7 +201,7 @@ int run(int argc, char** argv) {
   double budget_s = 150;
   int reps = 50;
   FlushMode flush = FlushMode::kRead;
-  std::string json, only_shape;
+  std::string json, only_shape, only_rows;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") quick = true;
@@ -192,6 +209,7 @@ int run(int argc, char** argv) {
     if (arg == "--variants") variants = true;
     if (arg == "--specialized") specialized = true;
     if (arg.rfind("--shape=", 0) == 0) only_shape = arg.substr(8);
+    if (arg.rfind("--rows=", 0) == 0) only_rows = arg.substr(7);
     if (arg == "--flush=memset") flush = FlushMode::kMemset;
     if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::stoi(arg.substr(7)));
     if (arg.rfind("--budget=", 0) == 0) budget_s = std::stod(arg.substr(9));
@@ -241,6 +259,7 @@ int run(int argc, char** argv) {
   size_t done = 0;
   for (const Shape& s : shapes) {
     if (elapsed() > budget_s) break;
+    if (!only_rows.empty() && !row_selected(only_rows, s)) continue;
     rows.push_back(run_shape(bench, s, buf.a, buf.b, buf.x));
     print_row(rows.back());
     ++done;

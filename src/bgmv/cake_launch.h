@@ -38,9 +38,8 @@ struct CakeParams {
   /// 1 = 128 threads x 128 columns, R/8 column lanes each
   int schedule_id = 0;
   int pdl_mode = 0;  ///< spec §4.4: 0 plain, 1 early trigger, 2 late trigger
-  /// 1: the expand picks its pre-wait mode from P and T (expand_cake.cuh, enum Prewait: staged B
-  /// in shared memory at small T, the staged contiguous pair at P > 256); 0: the register batch
-  /// only (CAKEMOE_BGMV_PREWAIT=0, A/B runs). Same bits either way.
+  /// 1: the expand stages the contiguous pair before its wait where it applies (expand_cake.cuh,
+  /// enum Prewait: P > 256 and P == 2T); 0: never (CAKEMOE_BGMV_PREWAIT=0, A/B runs). Same bits.
   int prewait = 1;
 };
 

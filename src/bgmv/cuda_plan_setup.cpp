@@ -105,7 +105,7 @@ int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
   return std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
 }
 
-// CAKEMOE_BGMV_PREWAIT=0 keeps the expand's pre-wait loads to the register batch
+// CAKEMOE_BGMV_PREWAIT=0: the expand never stages the contiguous pair before its wait
 // (CakeParams::prewait; A/B runs, the bits do not depend on it).
 int prewait_from_env() {
   const char* env = std::getenv("CAKEMOE_BGMV_PREWAIT");

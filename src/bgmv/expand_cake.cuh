@@ -25,20 +25,14 @@ constexpr int kL2PrefetchRoutes = 12;
 enum RouteMode : int { kNoRoutes = 0, kRouteList = 1, kSerialScan = 2, kStagedPair = 3 };
 
 /// What an expand instance loads before `griddepcontrol.wait` besides the LoRA (one instance per
-/// mode; the bits never depend on it, bench/NOTES.md "BGMV session 7"):
+/// mode; the bits never depend on it):
 /// - kPrewaitBatch: early path (P <= kScanPairs): the route list and the first batch of B in
-///   registers, the next kL2PrefetchRoutes routes' B into L2.
-/// - kPrewaitStaged: early path, and the B vectors of up to ExpandShape::kStaged more routes in
-///   shared memory by cp.async; after the wait the shrink rows of all of them come in one trip,
-///   so a token with k <= kBatch + kStaged routes needs one dependent trip after the wait, not
-///   ceil(k / kBatch) (small T with k > kBatch).
+///   registers, the next kL2PrefetchRoutes routes' B into L2; else the contiguous pair's B into L2.
 /// - kPrewaitPair: P > kScanPairs and P == 2T: pairs 2t, 2t + 1 (weights, B offsets, first batch
-///   of B) when both hold t; the route index after the wait only confirms nothing else was
-///   published for t (top-2 contiguous layout at T >= 128).
-enum Prewait : int { kPrewaitBatch = 0, kPrewaitStaged = 1, kPrewaitPair = 2 };
-
-/// Dynamic shared memory cap of the staged mode (the 48 KB default less the static ExpandShared).
-constexpr int kStagedSmemCap = 44 * 1024;
+///   of B in registers) when both hold t; the route index after the wait only confirms nothing
+///   else was published for t (top-2 contiguous layout at T >= 129; H200: -10-15 % at T 256 /
+///   512, bench/NOTES.md "BGMV session 7").
+enum Prewait : int { kPrewaitBatch = 0, kPrewaitPair = 1 };
 
 /// CTA shape of one expand instance: kThreads threads, each owning kItems (column, lane) slots
 /// spaced kThreads / G columns apart, and loading kBatch routes' B vectors before its FMAs.
@@ -47,18 +41,6 @@ struct ExpandShape {
   static constexpr int kGroups = kRank / 8;              // lanes per column
   static constexpr int kColStride = kThreads / kGroups;  // columns per item row
   static constexpr int kCols = kItems * kColStride;      // columns per CTA
-  /// B bytes of one route for the whole CTA (a 16-byte vector per thread and item).
-  static constexpr int kRouteBytes = kThreads * kItems * 16;
-  /// kPrewaitStaged: routes past the register batch whose B vectors shared memory holds, up to
-  /// 8 routes in all and kStagedSmemCap bytes.
-  static constexpr int kStaged = (8 - kBatch) < kStagedSmemCap / kRouteBytes
-                                     ? (8 - kBatch > 0 ? 8 - kBatch : 0)
-                                     : kStagedSmemCap / kRouteBytes;
-  /// Staged routes a launch with P pairs has room for (a token has at most P routes).
-  static constexpr CAKEMOE_HD int staged_capacity(int64_t pairs) {
-    return pairs - kBatch < kStaged ? (pairs > kBatch ? static_cast<int>(pairs - kBatch) : 0)
-                                    : kStaged;
-  }
   static_assert(kGroups >= 1 && kGroups <= 8 && kWarp % kGroups == 0, "rank 8..64");
   static_assert(kThreads % kWarp == 0 && kBatch >= 1, "whole warps");
 };
@@ -257,43 +239,9 @@ CAKEMOE_DEVICE void prefetch_b_l2(const uint16_t* lora_b, const ExpandShared& sh
   }
 }
 
-/// The §3.2 per-route arithmetic of one batch, routes [j0, j0 + kBatch) of sh with their shrink
-/// row vectors in sv and B vectors in bv: part = fma chain over the lane's 8 ranks from 0, then
-/// acc = fma(part, w, acc) in ascending route order. Slots at or past `limit` leave acc untouched.
-template <bool kFp16, int kRank, int kItems, int kBatch, int kSv, class Lanes>
-CAKEMOE_DEVICE void expand_batch_math(const uint4 (&sv)[kSv], int s0, const ExpandShared& sh,
-                                      int j0, int limit, const Lanes& ln,
-                                      const uint4 (&bv)[kBatch][kItems], float (&acc)[kItems]) {
-  // The batch's fma chains interleaved step by step (each chain keeps its own order), so the
-  // first FMAs already need every load of the batch.
-  float part[kBatch][kItems];
-#pragma unroll
-  for (int r = 0; r < 8; r += 2) {
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const float s0v = widen_half<kFp16>(sv[s0 + j], r), s1v = widen_half<kFp16>(sv[s0 + j], r + 1);
-#pragma unroll
-      for (int i = 0; i < kItems; ++i) {
-        const float b0 = widen_half<kFp16>(bv[j][i], r), b1 = widen_half<kFp16>(bv[j][i], r + 1);
-        part[j][i] = fmaf(s0v, b0, r == 0 ? 0.0f : part[j][i]);
-        part[j][i] = fmaf(s1v, b1, part[j][i]);
-      }
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kBatch; ++j) {
-    const bool route = j0 + j < limit;  // uniform
-    const float w = sh.weights[min(j0 + j, limit - 1)];
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      const float next = fmaf(part[j][i], w, acc[i]);
-      acc[i] = route ? next : acc[i];
-    }
-  }
-}
-
 /// One batch, routes [j0, j0 + kBatch) of sh with their B vectors in bv: loads the shrink rows
-/// (L2), then expand_batch_math. Slots past n leave acc untouched.
+/// (L2), then the §3.2 per-route arithmetic: part = fma chain over the lane's 8 ranks from 0,
+/// then acc = fma(part, w, acc) in ascending route order. Slots past n leave acc untouched.
 template <bool kFp16, int kRank, int kItems, int kBatch, class Lanes>
 CAKEMOE_DEVICE void expand_batch(const uint16_t* shrink, const ExpandShared& sh, int j0, int n,
                                  const Lanes& ln, const uint4 (&bv)[kBatch][kItems],
@@ -304,7 +252,32 @@ CAKEMOE_DEVICE void expand_batch(const uint16_t* shrink, const ExpandShared& sh,
     const int64_t pair = sh.routes[min(j0 + j, n - 1)];
     sv[j] = __ldcg(reinterpret_cast<const uint4*>(shrink + pair * kRank) + ln.g);
   }
-  expand_batch_math<kFp16, kRank, kItems, kBatch>(sv, 0, sh, j0, n, ln, bv, acc);
+  // The batch's fma chains interleaved step by step (each chain keeps its own order), so the
+  // first FMAs already need every load of the batch.
+  float part[kBatch][kItems];
+#pragma unroll
+  for (int r = 0; r < 8; r += 2) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const float s0 = widen_half<kFp16>(sv[j], r), s1 = widen_half<kFp16>(sv[j], r + 1);
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) {
+        const float b0 = widen_half<kFp16>(bv[j][i], r), b1 = widen_half<kFp16>(bv[j][i], r + 1);
+        part[j][i] = fmaf(s0, b0, r == 0 ? 0.0f : part[j][i]);
+        part[j][i] = fmaf(s1, b1, part[j][i]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) {
+    const bool route = j0 + j < n;  // uniform
+    const float w = sh.weights[min(j0 + j, n - 1)];
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const float next = fmaf(part[j][i], w, acc[i]);
+      acc[i] = route ? next : acc[i];
+    }
+  }
 }
 
 /// Accumulates routes [0, n) of sh (ascending), kBatch routes' loads at a time.
@@ -321,61 +294,6 @@ CAKEMOE_DEVICE void expand_routes(const CakeParams& p, const ExpandShared& sh, i
     j0 = kBatch;
   }
   for (; j0 < n; j0 += kBatch) {
-    load_b<kRank, kItems, kBatch>(lora_b, sh, j0, n, ln, bv);
-    expand_batch<kFp16, kRank, kItems, kBatch>(shrink, sh, j0, n, ln, bv, acc);
-  }
-}
-
-/// kPrewaitStaged, before the wait: this thread's B vectors of routes [j0, j1) (j1 - j0 <=
-/// kStaged) into its own shared-memory slots, stage[((j - j0) * kItems + i) * kThreads + tid],
-/// by cp.async (one commit group; only this thread reads them back, so no barrier is needed).
-template <int kRank, int kThreads, int kItems, class Lanes>
-CAKEMOE_DEVICE void stage_b_smem(const uint16_t* lora_b, const ExpandShared& sh, int j0, int j1,
-                                 const Lanes& ln, uint4* stage) {
-  for (int j = j0; j < j1; ++j) {
-    const uint16_t* b = lora_b + sh.b_offset[j] + 8 * ln.g;
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      cp_async16(stage + ((j - j0) * kItems + i) * kThreads + threadIdx.x,
-                 b + min(ln.col(i), ln.H - 1) * kRank, true);
-    }
-  }
-  cp_async_commit();
-}
-
-/// kPrewaitStaged, after the wait: routes [0, n) of sh where bv holds the first batch and shared
-/// memory routes [kBatch, kBatch + staged). The shrink rows of all those routes load in one trip,
-/// then the batches run in ascending order from registers and shared memory (the same
-/// expand_batch_math, so the bits of expand_routes); routes past them take expand_routes' loop.
-template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch, int kStaged, class Lanes>
-CAKEMOE_DEVICE void expand_routes_staged(const CakeParams& p, const ExpandShared& sh, int n,
-                                         int staged, const Lanes& ln, const uint4* stage,
-                                         uint4 (&bv)[kBatch][kItems], float (&acc)[kItems]) {
-  constexpr int kSv = kBatch * (1 + (kStaged + kBatch - 1) / kBatch);
-  const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out);
-  const uint16_t* lora_b = static_cast<const uint16_t*>(p.lora_b);
-  if (n <= 0) return;
-  const int m = min(n, kBatch + staged);  // routes held in registers or shared memory
-  uint4 sv[kSv];
-#pragma unroll
-  for (int j = 0; j < kSv; ++j) {
-    const int64_t pair = sh.routes[min(j, m - 1)];
-    sv[j] = __ldcg(reinterpret_cast<const uint4*>(shrink + pair * kRank) + ln.g);
-  }
-  cp_async_wait<0>();
-  expand_batch_math<kFp16, kRank, kItems, kBatch>(sv, 0, sh, 0, m, ln, bv, acc);
-#pragma unroll
-  for (int j0 = kBatch; j0 < kSv; j0 += kBatch) {
-    if (j0 >= m) break;
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int slot = min(j0 + j, m - 1) - kBatch;
-#pragma unroll
-      for (int i = 0; i < kItems; ++i) bv[j][i] = stage[(slot * kItems + i) * kThreads + threadIdx.x];
-    }
-    expand_batch_math<kFp16, kRank, kItems, kBatch>(sv, j0, sh, j0, m, ln, bv, acc);
-  }
-  for (int j0 = m; j0 < n; j0 += kBatch) {
     load_b<kRank, kItems, kBatch>(lora_b, sh, j0, n, ln, bv);
     expand_batch<kFp16, kRank, kItems, kBatch>(shrink, sh, j0, n, ln, bv, acc);
   }
@@ -405,8 +323,8 @@ CAKEMOE_DEVICE void prefetch_contiguous_b(const CakeParams& p, int64_t t, int64_
 // NOTE: `Lanes` is ExpandLanes (runtime H) or SpecializedLanes (compile-time H, spec §7): the
 // specialized expand is this body with H fixed, so both variants share every instruction of the
 // canonical order.
-// NOTE: `kPrewait` (enum Prewait) is chosen by the launcher from P and T; every mode handles
-// every input (a staged instance with P > kScanPairs runs the route-index path unstaged).
+// NOTE: `kPrewait` (enum Prewait) is chosen by the launcher from P and T; the pair instance
+// handles every input (without the contiguous pair it runs the route-index path as before).
 template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch, int kPrewait = kPrewaitBatch,
           class Lanes = ExpandLanes<ExpandShape<kRank, kThreads, kItems, kBatch>>>
 __global__ void __launch_bounds__(kThreads, (kRank <= 16 ? 1024 : 512) / kThreads)
@@ -414,8 +332,6 @@ __global__ void __launch_bounds__(kThreads, (kRank <= 16 ? 1024 : 512) / kThread
   using Shape = ExpandShape<kRank, kThreads, kItems, kBatch>;
   constexpr int kGroups = Shape::kGroups;
   __shared__ ExpandShared sh;
-  extern __shared__ uint4 expand_stage[];  // kPrewaitStaged only (launch size: Shape::kRouteBytes
-                                           // x Shape::staged_capacity(P))
   const int tid = threadIdx.x;
   const int64_t t = blockIdx.x;
   const Lanes ln = Lanes::make(
@@ -435,22 +351,14 @@ __global__ void __launch_bounds__(kThreads, (kRank <= 16 ? 1024 : 512) / kThread
     __syncthreads();
     const int n = sh.count;
     if (n > 0) load_b<kRank, kItems, kBatch>(lora_b, sh, 0, n, ln, bv);
-    if constexpr (kPrewait == kPrewaitStaged) {
-      const int staged_end = min(n, kBatch + Shape::staged_capacity(p.P));
-      if (staged_end > kBatch) {
-        stage_b_smem<kRank, kThreads, kItems>(lora_b, sh, kBatch, staged_end, ln, expand_stage);
-      }
-      prefetch_b_l2<kRank, kItems>(lora_b, sh, max(staged_end, kBatch),
-                                   min(n, max(staged_end, kBatch) + kL2PrefetchRoutes), ln);
-    } else {
-      prefetch_b_l2<kRank, kItems>(lora_b, sh, kBatch, min(n, kBatch + kL2PrefetchRoutes), ln);
-    }
+    prefetch_b_l2<kRank, kItems>(lora_b, sh, kBatch, min(n, kBatch + kL2PrefetchRoutes), ln);
   } else if (kPrewait == kPrewaitPair && p.P == 2 * p.T) {
     // Contiguous top-2 layout: when pairs 2t and 2t + 1 both hold t, their weights, B offsets and
     // the first batch of B are ready before the wait (sh.count 2, else 0).
     if (tid == 0) stage_contiguous_pair<kRank>(p, t, l, sh, &at0, &at1);
     __syncthreads();
     if (sh.count == 2) load_b<kRank, kItems, kBatch>(lora_b, sh, 0, 2, ln, bv);
+    __syncthreads();  // every read of the staged list before thread 0 may rewrite it (racecheck)
   } else {
     prefetch_contiguous_b<kRank, kItems>(p, t, l, ln);
     if (tid == 0 && p.P == 2 * p.T) {
@@ -493,12 +401,7 @@ __global__ void __launch_bounds__(kThreads, (kRank <= 16 ? 1024 : 512) / kThread
 
   // Accumulate: the scanned list, the indexed list, or the chunked serial scan (§3.3 step 3).
   if (early) {
-    if constexpr (kPrewait == kPrewaitStaged) {
-      expand_routes_staged<kFp16, kRank, kThreads, kItems, kBatch, Shape::kStaged>(
-          p, sh, sh.count, Shape::staged_capacity(p.P), ln, expand_stage, bv, acc);
-    } else {
-      expand_routes<kFp16, kRank, kItems, kBatch>(p, sh, sh.count, ln, true, bv, acc);
-    }
+    expand_routes<kFp16, kRank, kItems, kBatch>(p, sh, sh.count, ln, true, bv, acc);
   } else {
     __syncthreads();
     const int mode = sh.mode;

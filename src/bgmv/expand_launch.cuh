@@ -19,35 +19,25 @@ namespace dev {
 template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch, int kPrewait>
 void launch_expand_mode(const CakeParams& p, cudaStream_t stream) {
   using Shape = ExpandShape<kRank, kThreads, kItems, kBatch>;
-  const size_t smem = kPrewait == kPrewaitStaged
-                          ? static_cast<size_t>(Shape::kRouteBytes) * Shape::staged_capacity(p.P)
-                          : 0;
   launch_pdl(cake_expand_kernel<kFp16, kRank, kThreads, kItems, kBatch, kPrewait>,
              dim3(static_cast<unsigned>(p.T),
                   static_cast<unsigned>((p.H + Shape::kCols - 1) / Shape::kCols)),
-             dim3(kThreads), smem, stream, p.pdl_mode != 0, p);
+             dim3(kThreads), 0, stream, p.pdl_mode != 0, p);
 }
 
-/// The pre-wait mode of a launch (expand_cake.cuh, enum Prewait): staged B in shared memory when
-/// the route list is found before the wait (P <= kScanPairs) and tokens average more routes than
-/// one register batch; the staged contiguous pair when the list comes from the route index and
-/// P == 2T. CakeParams::prewait == 0 keeps the batch mode (A/B runs).
-inline int expand_prewait_mode(const CakeParams& p, int batch) {
-  if (p.prewait == 0) return kPrewaitBatch;
-  if (p.P <= kScanPairs) return p.P > batch * p.T ? kPrewaitStaged : kPrewaitBatch;
-  return p.P == 2 * p.T ? kPrewaitPair : kPrewaitBatch;
+/// The pre-wait mode of a launch (expand_cake.cuh, enum Prewait): the staged contiguous pair
+/// when the route list comes from the route index (P > kScanPairs) and P == 2T, unless
+/// CakeParams::prewait is 0 (A/B runs).
+inline int expand_prewait_mode(const CakeParams& p) {
+  return p.prewait != 0 && p.P > kScanPairs && p.P == 2 * p.T ? kPrewaitPair : kPrewaitBatch;
 }
 
 /// `kWithPair`: whether the instance has a kPrewaitPair form (not the narrow schedule, which
 /// plans take only at T <= 8, where P > kScanPairs needs k > 32).
 template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch, bool kWithPair>
 void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
-  const int mode = expand_prewait_mode(p, kBatch);
-  if (mode == kPrewaitStaged) {
-    return launch_expand_mode<kFp16, kRank, kThreads, kItems, kBatch, kPrewaitStaged>(p, stream);
-  }
   if constexpr (kWithPair) {
-    if (mode == kPrewaitPair) {
+    if (expand_prewait_mode(p) == kPrewaitPair) {
       return launch_expand_mode<kFp16, kRank, kThreads, kItems, kBatch, kPrewaitPair>(p, stream);
     }
   }

@@ -24,28 +24,18 @@ template <bool kFp16, int kHidden, int kSchedule, int kPrewait>
 void launch_specialized_mode(const CakeParams& p, cudaStream_t stream) {
   using X = SpecializedExpand<kHidden, kSchedule>;
   using Sched = typename X::Sched;
-  const size_t smem =
-      kPrewait == kPrewaitStaged
-          ? static_cast<size_t>(X::Shape::kRouteBytes) * X::Shape::staged_capacity(p.P)
-          : 0;
   launch_pdl(cake_expand_kernel<kFp16, kSpecializedRank, Sched::kThreads, Sched::kItems,
                                 Sched::kBatch, kPrewait, typename X::Lanes>,
-             dim3(static_cast<unsigned>(p.T), X::kBlocks), dim3(Sched::kThreads), smem, stream,
+             dim3(static_cast<unsigned>(p.T), X::kBlocks), dim3(Sched::kThreads), 0, stream,
              p.pdl_mode != 0, p);
 }
 
-/// The generic expand's pre-wait modes (expand_prewait_mode); instances only where the plan's
-/// schedule windows use them: staged for schedules 0 / 1 (small T), the pair for 1 / 2.
+/// The generic expand's pre-wait modes (expand_prewait_mode): the pair form only for schedules
+/// 1 and 2 (schedule 0 is the plan's T <= 8 window, where P > kScanPairs needs k > 32).
 template <bool kFp16, int kHidden, int kSchedule>
 void launch_specialized_expand(const CakeParams& p, cudaStream_t stream) {
-  const int mode = expand_prewait_mode(p, SpecializedSchedule<kSchedule>::kBatch);
-  if constexpr (kSchedule <= 1) {
-    if (mode == kPrewaitStaged) {
-      return launch_specialized_mode<kFp16, kHidden, kSchedule, kPrewaitStaged>(p, stream);
-    }
-  }
   if constexpr (kSchedule >= 1) {
-    if (mode == kPrewaitPair) {
+    if (expand_prewait_mode(p) == kPrewaitPair) {
       return launch_specialized_mode<kFp16, kHidden, kSchedule, kPrewaitPair>(p, stream);
     }
   }
