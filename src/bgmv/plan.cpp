@@ -27,8 +27,10 @@ constexpr int kFormPrefillDeep = 2;
 constexpr int kFormRegisters = 3;  // x and A of 4 k tiles per trip in registers, no ring
 // SM90 decode region of the register form (H200 table with forced launches,
 // bench/results/2026-11-30_*_bgmv-decode.md): form 3 with one split beats the rings with splits,
-// the fused decode and the specialized body from T 1 up to these sizes.
-constexpr int64_t kRegisterShrinkMaxPairs = 32;
+// the fused decode and the specialized body from T 1 up to these sizes. P 48 (T 8, k 6, rank 16:
+// 96 CTAs) was 0.87-0.91x of the ring with 2 splits (2026-11-30 session 7); P 64 at rank 16 (128
+// CTAs) was 1.06-1.26x, so the CTA bound stays.
+constexpr int64_t kRegisterShrinkMaxPairs = 48;
 constexpr int64_t kRegisterShrinkMaxCtas = 96;
 constexpr int64_t kRegisterShrinkRank32MinHidden = 4096;
 

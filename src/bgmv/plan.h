@@ -31,7 +31,7 @@ struct Capability {
 
 // ---- Selectors ----------------------------------------------------------------------------------
 
-/// SM90 decode sizes (P <= 32 pairs and P * R / 8 <= 96 shrink CTAs) where the generic plan takes
+/// SM90 decode sizes (P <= 48 pairs and P * R / 8 <= 96 shrink CTAs) where the generic plan takes
 /// the register shrink (form 3, one split) and never the fused decode.
 bool register_shrink_region(int64_t num_pairs, int64_t rank, Arch arch);
 /// The generic plan's shrink (and the splits every variant uses, so their bits agree): spec

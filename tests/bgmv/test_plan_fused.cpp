@@ -51,7 +51,7 @@ TEST(BgmvPlanFusedDecode, OptInOnlyAndDecodeDefaults) {
                                " R=" + std::to_string(r);
         EXPECT_FALSE(c.fused_decode) << at;
         const bool region = register_shrink_region(d.num_pairs, r, Arch::kSm90a);
-        EXPECT_EQ(region, d.num_pairs <= 32 && d.num_pairs * (r / 8) <= 96) << at;
+        EXPECT_EQ(region, d.num_pairs <= 48 && d.num_pairs * (r / 8) <= 96) << at;
         if (region) {
           EXPECT_EQ(c.shrink_launch->form, 3) << at;
           EXPECT_EQ(c.shrink_launch->splits, 1) << at;
@@ -69,6 +69,11 @@ TEST(BgmvPlanFusedDecode, OptInOnlyAndDecodeDefaults) {
     }
   }
   EXPECT_EQ(plan_generic_schedule(16, 32, 64, Arch::kSm90a), 1);
+  // The region's edges: T 8 k 6 at rank 16 (P 48, 96 CTAs) is in; k 8 (128 CTAs) and P 49 out.
+  EXPECT_TRUE(register_shrink_region(48, 16, Arch::kSm90a));
+  EXPECT_FALSE(register_shrink_region(64, 16, Arch::kSm90a));
+  EXPECT_FALSE(register_shrink_region(49, 8, Arch::kSm90a));
+  EXPECT_FALSE(register_shrink_region(48, 16, Arch::kSm100a));
   // Rank 32 takes the register form above the region from H 4096; never off SM90.
   EXPECT_EQ(plan_generic_shrink(512, 32, 4096, Arch::kSm90a).form, 3);
   EXPECT_EQ(plan_generic_shrink(512, 32, 3072, Arch::kSm90a).form, 0);
@@ -125,8 +130,8 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
   bgmv_test::CaseSpec spec;
   spec.tokens = 8;
   spec.hidden = 2048;
-  spec.rank = 16;
-  spec.top_k = 6;
+  spec.rank = 8;
+  spec.top_k = 7;
   bgmv_test::Case c = bgmv_test::make_case(spec);
   std::vector<std::vector<float>> ys;
   for (const bool forced : {true, false}) {
@@ -136,7 +141,7 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
         prepare_bgmv_moe(c.x_view(), c.a_views(), c.b_views(), c.sorted_view(), c.experts_view(),
                          c.lora_view(), c.weights_view(), spec.experts, o);
     EXPECT_EQ(plan.fused_decode(), forced);
-    EXPECT_EQ(plan.shrink_launch()->splits, 2);  // P 48, R 16, H 2048: min(2, ceil(128 / 96))
+    EXPECT_EQ(plan.shrink_launch()->splits, 2);  // P 56, R 8, H 2048: min(2, ceil(128 / 56))
     for (int i = 0; i < 3; ++i) plan.run(nullptr);
     EXPECT_EQ(plan.route_index().ptr<int32_t>()[0], 3);
     EXPECT_EQ(plan.route_index().ptr<int32_t>()[1], 0);
@@ -161,8 +166,8 @@ TEST(BgmvPlanFusedDecode, CpuBackendReportsChoiceWithSameBits) {
 }
 
 TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
-  // 3072/16/T8/k6: the selector's (form 2, 2 splits).
-  ProblemDesc d = h200_desc(8, 6, 3072, 16);
+  // 3072/16/T7/k8 (P 56, above the register region): the selector's (form 2, 2 splits).
+  ProblemDesc d = h200_desc(7, 8, 3072, 16);
   const PlanChoice chosen = choose_cake_plan(d);
   ASSERT_TRUE(chosen.shrink_launch.has_value());
   EXPECT_EQ(chosen.shrink_launch->form, 2);
