@@ -112,13 +112,6 @@ int prewait_from_env() {
   return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
 }
 
-// CAKEMOE_BGMV_GROUPED_COMBINE=0 keeps the combine kernel after the two-kernel grouped expand
-// (GroupedParams::expand_combine; A/B runs, the bits do not depend on it).
-int grouped_expand_combine_from_env() {
-  const char* env = std::getenv("CAKEMOE_BGMV_GROUPED_COMBINE");
-  return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
-}
-
 // CAKEMOE_BGMV_EXPAND_TILES=1|2|4 replaces the grouped expand's tiles per CTA (A/B runs; the
 // bits do not depend on it).
 int grouped_expand_tiles_from_env(int chosen) {
@@ -167,7 +160,6 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   impl.grouped_fused = geo.stage == 4;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
-  g.expand_combine = grouped_expand_combine_from_env();
   g.last_stage = impl.grouped_last_stage;
   launch.grouped_launcher =
       reinterpret_cast<GroupedLauncher>(unit_or_throw("grouped", dtype_name(s.dtype), arch).launch);

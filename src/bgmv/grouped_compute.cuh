@@ -300,115 +300,6 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   }
 }
 
-/// expand_combine: y[t, col0 + tid] for tid < cols, the combine's fma chain (partial x weight
-/// over t's routes in ascending pair order from 0, as group_combine_kernel computes each column)
-/// by a CTA of kGroupExpandCols threads. `list`, `weight` (kGroupExpandCols entries) and
-/// `warp_counts` are the CTA's shared memory; every thread calls it.
-CAKEMOE_DEVICE void combine_token_columns(const GroupedParams& p, const GroupedWs& w, int t,
-                                          int64_t col0, int cols, int* list, float* weight,
-                                          int* warp_counts) {
-  const int tid = threadIdx.x;
-  const int64_t h = p.hidden;
-  const int count = __ldcg(w.token_count + t);
-  float acc = 0.0f;
-  if (count <= kGroupTokenSlots) {
-    if (tid < count) {  // rank of each (unordered) slot = number of smaller pair ids
-      const int* slots = w.token_slots + t * kGroupTokenSlots;
-      const int mine = __ldcg(slots + tid);
-      int rank = 0;
-      for (int j = 0; j < count; ++j) rank += __ldcg(slots + j) < mine;
-      list[rank] = mine;
-      weight[rank] = p.topk_weights[mine];
-    }
-    __syncthreads();
-    if (tid < cols) {
-      for (int j = 0; j < count; ++j) acc = fmaf(__ldcg(p.partials + list[j] * h + col0 + tid), weight[j], acc);
-    }
-  } else {
-    // More than 16 routes: exact scan of all pairs, compacted in ascending order per chunk.
-    const int lane = tid & 31, warp = tid >> 5;
-    for (int base = 0; base < p.num_pairs; base += kGroupExpandCols) {
-      const int i = base + tid;
-      const bool mine = i < p.num_pairs && p.sorted_token_ids[i] == t &&
-                        route_bin(p.sorted_token_ids, p.expert_ids, p.lora_indices, i, p.num_tokens,
-                                  p.num_loras, p.num_experts) >= 0;
-      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, mine);
-      if (lane == 0) warp_counts[warp] = __popc(ballot);
-      __syncthreads();
-      int offset = 0, chunk_count = 0;
-      for (int wi = 0; wi < kGroupExpandCols / 32; ++wi) {
-        if (wi < warp) offset += warp_counts[wi];
-        chunk_count += warp_counts[wi];
-      }
-      if (mine) {
-        const int at = offset + __popc(ballot & ((1u << lane) - 1u));
-        list[at] = i;
-        weight[at] = p.topk_weights[i];
-      }
-      __syncthreads();
-      if (tid < cols) {
-        for (int j = 0; j < chunk_count; ++j) {
-          acc = fmaf(__ldcg(p.partials + list[j] * h + col0 + tid), weight[j], acc);
-        }
-      }
-      __syncthreads();
-    }
-  }
-  if (tid < cols) p.y[static_cast<int64_t>(t) * p.y_row_stride + col0 + tid] = acc;
-  __syncthreads();  // list / weight are rewritten by the next token
-}
-
-/// expand_combine: tokens without routes (no LoRA, padding only) get zero rows; CTA x of the
-/// grid writes column block y of tokens x, x + gridDim.x, ...
-CAKEMOE_DEVICE void zero_routeless_tokens(const GroupedParams& p, const GroupedWs& w, int64_t col0,
-                                          int cols) {
-  for (int t = blockIdx.x; t < p.num_tokens; t += gridDim.x) {
-    if (__ldcg(w.token_count + t) == 0 && static_cast<int>(threadIdx.x) < cols) {
-      p.y[static_cast<int64_t>(t) * p.y_row_stride + col0 + threadIdx.x] = 0.0f;
-    }
-  }
-}
-
-/// expand_combine, after this CTA's partial stores: one arrival per (route, column block); the
-/// CTA whose arrival completes a token's column block (count == token_count) combines it. The
-/// release / acquire pattern of the split-K shrink (spec §4.2): fence, then the atomic; the last
-/// arriver fences before it reads the others' partials from L2 and resets the counter for the
-/// next launch. The bits are group_combine_kernel's: same operands, same order.
-template <int kTiles>
-CAKEMOE_DEVICE void expand_combine_tail(const GroupedParams& p, const GroupedWs& w,
-                                        const int4 (&info)[kTiles],
-                                        const int (&spair)[kTiles][kGroupTileRoutes], int64_t col0,
-                                        int cols) {
-  __shared__ int done[kTiles * kGroupTileRoutes];
-  __shared__ int done_count;
-  __shared__ int list[kGroupExpandCols];
-  __shared__ float weight[kGroupExpandCols];
-  __shared__ int warp_counts[kGroupExpandCols / 32];
-  const int tid = threadIdx.x;
-  if (tid == 0) done_count = 0;
-  __threadfence();
-  __syncthreads();
-  if (tid < kTiles * kGroupTileRoutes) {
-    const int j = tid / kGroupTileRoutes, i = tid % kGroupTileRoutes;
-    if (i < info[j].y) {
-      const int t = static_cast<int>(p.sorted_token_ids[spair[j][i]]);
-      uint32_t* counter = w.arrivals + static_cast<int64_t>(t) * gridDim.y + blockIdx.y;
-      const uint32_t arrived = atomicAdd(counter, 1u) + 1u;
-      if (arrived == static_cast<uint32_t>(__ldcg(w.token_count + t))) {
-        atomicExch(counter, 0u);
-        done[atomicAdd(&done_count, 1)] = t;
-      }
-    }
-  }
-  __syncthreads();
-  const int n = done_count;
-  if (n > 0) __threadfence();
-  for (int d = 0; d < n; ++d) {
-    combine_token_columns(p, w, done[d], col0, cols, list, weight, warp_counts);
-  }
-  zero_routeless_tokens(p, w, col0, cols);
-}
-
 /// grid (ceil(max_tiles / kTiles), ceil(H / 256)) x 256: one column per thread over kTiles
 /// consecutive tiles. Right after reading the tile table the CTA copies every tile's B block
 /// (256 columns x R, contiguous in global memory) into shared memory with coalesced cp.async,
@@ -428,18 +319,15 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   const GroupedWs w = grouped_ws(p);
   const int tile0 = static_cast<int>(blockIdx.x) * kTiles;
   const int ntiles = w.header[0];
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols;
-  const int cols = static_cast<int>(min(static_cast<int64_t>(kGroupExpandCols), p.hidden - col0));
-  if (tile0 >= ntiles) {
-    if (p.expand_combine) zero_routeless_tokens(p, w, col0, cols);
-    return;
-  }
+  if (tile0 >= ntiles) return;
   int4 info[kTiles];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     info[j] = tile0 + j < ntiles ? w.tile_info[tile0 + j] : make_int4(0, 0, 0, 0);
   }
   const int tid = threadIdx.x;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols;
+  const int cols = static_cast<int>(min(static_cast<int64_t>(kGroupExpandCols), p.hidden - col0));
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     if (info[j].y == 0) continue;
@@ -465,12 +353,12 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   }
   dev::cp_async_wait<0>();
   __syncthreads();
-  if (p.expand_combine == 0 && tid >= cols) return;
+  if (tid >= cols) return;
   const int64_t c = col0 + tid;
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int n = info[j].y;
-    if (n == 0 || tid >= cols) continue;
+    if (n == 0) continue;
     float b[kRank];
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
@@ -489,7 +377,6 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
       for (int i = 0; i < n; ++i) route(i);
     }
   }
-  if (p.expand_combine) expand_combine_tail<kTiles>(p, w, info, spair, col0, cols);
 }
 
 /// grid T x 256: one token per CTA, all its columns (4 per thread per step, float4 loads of the

@@ -14,8 +14,7 @@ namespace bgmv {
 /// token_slots[16 T], hist[hist_ctas * bins], cta_base[hist_ctas * bins], then 0-3 pad words,
 /// tile_info[4 max_tiles] ({first route, routes, bin, 0} per tile, 16-byte aligned) and tile_rows
 /// [32 P] (the shrink rows again as 16-bit values, R per sorted route, for the expand's one-trip
-/// read), arrivals[T ceil(H / 256)] (expand_combine's per token and column block counters). Zeroed
-/// once at prepare; every launch rewrites what it reads, and the counters reset themselves.
+/// read). Zeroed once at prepare; every launch rewrites what it reads.
 ///
 /// Two index forms with the same result: the one-CTA index kernel (fused_index, P <=
 /// kGroupFusedIndexMaxPairs) or group_hist -> group_scan -> group_scatter.
@@ -47,10 +46,6 @@ struct GroupedParams {
   int stage = 0;
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
   int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
-  /// 1: the two-kernel grouped expand also combines (its CTA that writes the last partial of a
-  /// token's column block applies the weights, grouped_compute.cuh) and no combine kernel runs;
-  /// 0: the combine kernel (the fused shrink + expand, stage 4, always uses it).
-  int expand_combine = 0;
   /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the
   /// bench's per-stage prefixes).
   int last_stage = 3;

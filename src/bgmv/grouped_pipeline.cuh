@@ -58,7 +58,6 @@ void launch_ring_shrink(const GroupedParams& p, cudaStream_t stream) {
 /// cut the plan before it (last_stage < 3).
 inline void launch_combine(const GroupedParams& p, cudaStream_t stream) {
   if (p.last_stage < 3) return;
-  if (p.expand_combine != 0 && p.stage != 4) return;  // the two-kernel expand combined
   launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, p.pdl != 0,
                stream, p);
 }
