@@ -65,11 +65,16 @@ constexpr int64_t kGroupFusedDefaultMaxBytes = 48 * 1024;
 constexpr int64_t kGroupAlignPadWords = 3;      // tile_info starts 16-byte aligned
 constexpr int64_t kGroupTileRowWords = 64 / 2;  // tile_rows: rank <= 64 16-bit values
 
-// cakemoe's SM90 grouped crossover (H200 measurements, bench/NOTES.md).
+// cakemoe's SM90 grouped crossover (H200 measurements, bench/NOTES.md). Session 7 (`bench_bgmv
+// --variants`, after the fused grouped stage and the staged contiguous pair): rank 64 grouped
+// wins from P 1024 at T >= 128 (T 256 k 6 / 8 0.69-0.82x, T 512 k 2 0.89-0.97x, T 128 k 8
+// 0.87-0.96x of per-route; T 128 k 6 and T 256 k 2 lose); rank 16 per-route wins at P 1024
+// (T 512 k 2, 0.97-1.00x of grouped) and grouped from P 1536 (T 256 k 6).
 constexpr int64_t kGroupedSm90MinPairs = 1024;
 constexpr int64_t kGroupedSm90MinTokens = 256;
-constexpr int64_t kGroupedSm90MinPairsRank64 = 2048;
-constexpr int64_t kGroupedSm90MinTokensRank64 = 512;
+constexpr int64_t kGroupedSm90MinPairsRank16 = 1536;
+constexpr int64_t kGroupedSm90MinPairsRank64 = 1024;
+constexpr int64_t kGroupedSm90MinTokensRank64 = 128;
 
 // spec §6 order remap.
 constexpr int64_t kRemapMinPairs = 1024;
@@ -267,7 +272,8 @@ bool select_grouped_sm90(int64_t num_pairs, int64_t num_tokens, int64_t num_lora
   if (rank >= 64) {
     return num_pairs >= kGroupedSm90MinPairsRank64 && num_tokens >= kGroupedSm90MinTokensRank64;
   }
-  return num_pairs >= kGroupedSm90MinPairs && num_tokens >= kGroupedSm90MinTokens;
+  const int64_t min_pairs = rank == 16 ? kGroupedSm90MinPairsRank16 : kGroupedSm90MinPairs;
+  return num_pairs >= min_pairs && num_tokens >= kGroupedSm90MinTokens;
 }
 
 bool select_order_remap(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_loras,

@@ -316,7 +316,7 @@ TEST(BgmvPlanChoice, CakeChoices) {
   EXPECT_TRUE(select_order_remap(1024, 512, 2, 128, 7168, 64, Arch::kSm90a));
   c = choose_cake_plan(desc(512, 1024, 7168, 64, 2, 128));
   EXPECT_FALSE(c.order_remap);
-  EXPECT_FALSE(c.grouped);  // rank 64: per-route below 2048 pairs / 512 tokens
+  EXPECT_TRUE(c.grouped);  // rank 64: grouped from 1024 pairs at T >= 128
   EXPECT_EQ(c.schedule_id, 1);
   // SM90 grouped crossover (select_grouped_sm90) vs spec §5's rule elsewhere.
   c = choose_cake_plan(desc(1024, 2048, 2048, 64, 2, 128));
@@ -345,8 +345,14 @@ TEST(BgmvPlanChoice, GroupedSm90Crossover) {
   EXPECT_TRUE(select_grouped_sm90(1024, 512, 8, 128, 32));     // T 512 k 2
   EXPECT_FALSE(select_grouped_sm90(1024, 128, 8, 128, 32));    // T 128 k 8: per-route
   EXPECT_TRUE(select_grouped_sm90(1536, 256, 8, 128, 16));     // T 256 k 6
-  EXPECT_FALSE(select_grouped_sm90(1024, 512, 8, 128, 64));    // rank 64 T 512 k 2
-  EXPECT_FALSE(select_grouped_sm90(2048, 256, 8, 128, 64));    // rank 64 T 256 k 8
+  EXPECT_FALSE(select_grouped_sm90(1024, 512, 8, 128, 16));    // rank 16 T 512 k 2: per-route
+  EXPECT_TRUE(select_grouped_sm90(1024, 512, 8, 128, 8));      // rank 8 keeps the rank-32 rule
+  EXPECT_TRUE(select_grouped_sm90(1024, 512, 8, 128, 64));     // rank 64 T 512 k 2
+  EXPECT_TRUE(select_grouped_sm90(2048, 256, 8, 128, 64));     // rank 64 T 256 k 8
+  EXPECT_TRUE(select_grouped_sm90(1024, 128, 8, 128, 64));     // rank 64 T 128 k 8
+  EXPECT_FALSE(select_grouped_sm90(768, 128, 8, 128, 64));     // rank 64 T 128 k 6: per-route
+  EXPECT_FALSE(select_grouped_sm90(512, 256, 8, 128, 64));     // rank 64 T 256 k 2: per-route
+  EXPECT_FALSE(select_grouped_sm90(1024, 64, 8, 128, 64));     // rank 64 T 64 k 16: per-route
   EXPECT_TRUE(select_grouped_sm90(2048, 1024, 8, 128, 64));    // rank 64 T 1024 k 2
   EXPECT_FALSE(select_grouped_sm90(8192, 4096, 64, 128, 32));  // 8192 bins
   EXPECT_FALSE(select_grouped_sm90(16 * 65536, 1 << 19, 8, 128, 32));
