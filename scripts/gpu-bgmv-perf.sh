@@ -3,16 +3,19 @@
 # build, the BGMV GPU tests, the issue table, the stage table, the variant table (optional) and an
 # ncu per-kernel view of two reference shapes. At most 8 files land in OUTDIR (the device tool's
 # limit): summary.txt build.log tests.log bench.log stages.log variants.log ncu_1.txt ncu_2.txt,
-# and sanitize.log with --sanitize (then pass --no-bench or --no-ncu to stay within 8).
+# sanitize.log with --sanitize and ncu_source_<i>.txt with --ncu-source (then pass --no-bench or
+# --no-ncu to stay within 8).
 #
 #   scripts/gpu-bgmv-perf.sh OUTDIR [--variants] [--no-ncu] [--no-bench] [--sanitize=FILTER]
 #                            [--ncu-shapes="H,R,T,k,L H,R,T,k,L"]
-#                            [--ncu-source="KERNEL_REGEX@H,R,T,k,L"]
+#                            [--ncu-source="KERNEL_REGEX@H,R,T,k,L ..."]
 #
-# --ncu-source: one launch of the kernels matching KERNEL_REGEX under ncu's full set with source
-# counters, the details page and the per-instruction SASS view with CUDA lines (builds with
-# -lineinfo, which changes no code) into ncu_source.txt. The warp sampler runs at its finest
-# interval (2^5 cycles): at the default a 10 µs kernel on one SM gets too few samples to name a line.
+# --ncu-source: per entry, the first launch matching KERNEL_REGEX in that table row (bench_bgmv
+# --rows: the row's Cake plan, then its portable plan, e.g. 'portable_expand@3072,16,1,8,8')
+# under ncu's full set with source counters, the details page and the per-instruction SASS view
+# with CUDA lines (builds with -lineinfo, which changes no code) into ncu_source_<i>.txt. The
+# warp sampler runs at its finest interval (2^5 cycles): at the default a 10 µs kernel on one SM
+# gets too few samples to name a line.
 #
 # --sanitize=FILTER: test_gpu under compute-sanitizer memcheck, racecheck and synccheck on FILTER.
 #
@@ -114,16 +117,22 @@ if ((ncu_on)) && command -v ncu >/dev/null 2>&1; then
   done
 fi
 if [[ -n "$ncu_source" ]] && command -v ncu >/dev/null 2>&1; then
-  regex="${ncu_source%@*}" shape="${ncu_source#*@}"
-  log="$out/ncu_source.txt"
-  echo "kernels $regex, shape $shape: details page (full set)" >"$log"
-  step "ncu source $ncu_source" "$log" 90 ncu --clock-control none --graph-profiling node \
-    --kernel-name regex:"$regex" --launch-count 1 --set full --import-source yes --warp-sampling-interval 0 \
-    "$bench" --shape="$shape" --reps=1
-  echo "==== per-instruction source view (sass, cuda)" >>"$log"
-  step "ncu source page" "$log" 90 ncu --clock-control none --graph-profiling node \
-    --kernel-name regex:"$regex" --launch-count 1 --set full --import-source yes --warp-sampling-interval 0 \
-    --page source --print-source cuda,sass --csv "$bench" --shape="$shape" --reps=1
+  i=0
+  for entry in $ncu_source; do  # REGEX@H,R,T,k,L entries, one file each
+    i=$((i + 1))
+    regex="${entry%@*}" shape="${entry#*@}"
+    log="$out/ncu_source_$i.txt"
+    # NOTE: --rows runs only that table row (its Cake plan, then the portable one), so the first
+    # launch matching REGEX is that row's; bench's --shape applies to --variants only.
+    echo "kernels $regex, row $shape: details page (full set)" >"$log"
+    step "ncu source $entry" "$log" 90 ncu --clock-control none --graph-profiling node \
+      --kernel-name regex:"$regex" --launch-count 1 --set full --import-source yes --warp-sampling-interval 0 \
+      "$bench" --rows="$shape" --reps=1
+    echo "==== per-instruction source view (sass, cuda)" >>"$log"
+    step "ncu source page" "$log" 90 ncu --clock-control none --graph-profiling node \
+      --kernel-name regex:"$regex" --launch-count 1 --set full --import-source yes --warp-sampling-interval 0 \
+      --page source --print-source cuda,sass --csv "$bench" --rows="$shape" --reps=1
+  done
 fi
 echo "total:  $SECONDS s (budget $budget s)" >>"$summary"
 cat "$summary"
