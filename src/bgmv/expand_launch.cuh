@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "bgmv/cake_launch.h"
 #include "bgmv/expand_cake.cuh"
@@ -32,16 +33,24 @@ inline int expand_prewait_mode(const CakeParams& p) {
   return p.prewait != 0 && p.P > kScanPairs && p.P == 2 * p.T ? kPrewaitPair : kPrewaitBatch;
 }
 
-/// `kWithPair`: whether the instance has a kPrewaitPair form (not the narrow schedule, which
-/// plans take only at T <= 8, where P > kScanPairs needs k > 32).
-template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch, bool kWithPair>
-void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
+/// Calls launch(std::integral_constant<int, mode>) with the launch's pre-wait mode; `kWithPair`:
+/// whether the caller's shape has a kPrewaitPair instance (shapes only plans at T <= 8 take do
+/// not: there P > kScanPairs needs k > 32), else kPrewaitBatch always.
+template <bool kWithPair, class Launch>
+void with_prewait_mode(const CakeParams& p, Launch&& launch) {
   if constexpr (kWithPair) {
     if (expand_prewait_mode(p) == kPrewaitPair) {
-      return launch_expand_mode<kFp16, kRank, kThreads, kItems, kBatch, kPrewaitPair>(p, stream);
+      return launch(std::integral_constant<int, kPrewaitPair>{});
     }
   }
-  launch_expand_mode<kFp16, kRank, kThreads, kItems, kBatch, kPrewaitBatch>(p, stream);
+  launch(std::integral_constant<int, kPrewaitBatch>{});
+}
+
+template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch, bool kWithPair>
+void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
+  with_prewait_mode<kWithPair>(p, [&](auto mode) {
+    launch_expand_mode<kFp16, kRank, kThreads, kItems, kBatch, decltype(mode)::value>(p, stream);
+  });
 }
 
 /// Schedule 0, narrow: 64 threads, one (column, lane) slot each, so 64 / G columns per CTA and

@@ -200,7 +200,7 @@ struct ProblemDesc {
   int schedule_override = -1;            ///< specialized schedule 0 / 1 / 2 forced; -1 selector
   /// Generic shrink (form 0 / 2 / 3, splits) forced instead of plan_generic_shrink's (A/B runs).
   std::optional<ShrinkLaunch> shrink_override;
-  /// Generic expand schedule 0 (narrow) / 1 (wide) forced instead of select_generic_schedule's.
+  /// Generic expand schedule 0 (narrow) / 1 (wide) forced instead of plan_generic_schedule's.
   int generic_schedule_override = -1;
 };
 /// The Cake choice for a problem inside the support set. Throws InvalidArgument("order_remap")

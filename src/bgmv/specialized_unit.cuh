@@ -30,16 +30,13 @@ void launch_specialized_mode(const CakeParams& p, cudaStream_t stream) {
              p.pdl_mode != 0, p);
 }
 
-/// The generic expand's pre-wait modes (expand_prewait_mode): the pair form only for schedules
-/// 1 and 2 (schedule 0 is the plan's T <= 8 window, where P > kScanPairs needs k > 32).
+/// The generic expand's pre-wait modes (with_prewait_mode): the pair form only for schedules 1
+/// and 2 (schedule 0 is the plan's T <= 8 window).
 template <bool kFp16, int kHidden, int kSchedule>
 void launch_specialized_expand(const CakeParams& p, cudaStream_t stream) {
-  if constexpr (kSchedule >= 1) {
-    if (expand_prewait_mode(p) == kPrewaitPair) {
-      return launch_specialized_mode<kFp16, kHidden, kSchedule, kPrewaitPair>(p, stream);
-    }
-  }
-  launch_specialized_mode<kFp16, kHidden, kSchedule, kPrewaitBatch>(p, stream);
+  with_prewait_mode<(kSchedule >= 1)>(p, [&](auto mode) {
+    launch_specialized_mode<kFp16, kHidden, kSchedule, decltype(mode)::value>(p, stream);
+  });
 }
 
 template <bool kFp16, int kHidden>
