@@ -74,7 +74,6 @@ std::string plan_label(const bgmv::BgmvPlan& plan) {
          (plan.variant() == "specialized"
               ? " spec s" + std::to_string(plan.schedule_id().value_or(-1))
               : "") +
-         (plan.fused_decode() ? " fused" : "") +
          (plan.grouped() ? (plan.grouped_fused() ? " grouped-fused" : " grouped") : "") +
          (plan.order_remap() ? " remap" : "") +
          (launch ? " f" + std::to_string(launch->form) + "s" + std::to_string(launch->splits)

@@ -29,8 +29,7 @@ double time_or_skip(Bench& bench, Prepare prepare, std::string* label) {
       *label = plan.variant() == "specialized"
                    ? "spec s" + std::to_string(plan.schedule_id().value_or(-1))
                    : std::string(plan.grouped() ? "grouped" : "route") +
-                         (plan.order_remap() ? "+remap" : "") +
-                         (plan.fused_decode() ? "+fused" : "");
+                         (plan.order_remap() ? "+remap" : "");
     }
     return bench.time_plan(plan);
   } catch (const Error&) {

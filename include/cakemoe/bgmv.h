@@ -23,12 +23,6 @@ struct BgmvOptions {
   TensorView y_accum;            ///< optional [T, S*F] fp32 (Cake: may be a column slice)
   std::optional<bool> grouped;   ///< unset: heuristic (spec §5)
   std::optional<bool> order_remap;  ///< unset: heuristic (spec §6)
-  /// cakemoe extension, the fused decode path: shrink and expand in ONE cooperative launch (no
-  /// grid boundary; docs/decisions/bgmv-gpu-runtime.md). Opt-in: unset or false keeps the
-  /// two-kernel path, which measured faster on the H200 at every T <= 8 shape (2026-11-30);
-  /// true forces it (InvalidArgument "fused_decode" when it cannot run: grouped, order_remap,
-  /// P > 128 or a grid too large). Same splits, so the same bits either way.
-  std::optional<bool> fused_decode;
 };
 
 /// Shrink launch shape of the generic Cake variant: (form, splits) (spec §4.1). Forms: 0 a
@@ -55,7 +49,6 @@ class BgmvPlan {
   std::optional<ShrinkLaunch> shrink_launch() const;
   bool grouped() const;
   bool order_remap() const;
-  bool fused_decode() const;                   ///< the one-launch decode path runs (see options)
   /// The grouped pipeline runs its fused shrink + expand kernel (CUDA, SM90 and later; cakemoe's
   /// choice by rank and H, docs/decisions/bgmv-gpu-runtime.md). False when not grouped.
   bool grouped_fused() const;

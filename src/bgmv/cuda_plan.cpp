@@ -63,9 +63,6 @@ void CudaPlan::enqueue(Stream stream) const {
     case CudaPath::kPortable:
       launch_portable(l.portable, stream);
       break;
-    case CudaPath::kCakeFusedDecode:
-      l.fused_launcher(l.fused, stream);
-      break;
     case CudaPath::kCakeSpecialized:
       l.specialized_launcher(l.cake, stream);
       break;

@@ -13,13 +13,11 @@ namespace cakemoe {
 namespace bgmv {
 
 /// What a CUDA plan launches: one of the three sequences of spec §4.
-/// kCakeFusedDecode: the per-route shrink + expand in one cooperative launch (decode_fused.cuh).
 /// kCakeSpecialized: the per-route shrink + expand with compile-time H and R (spec §7).
 enum class CudaPath : uint8_t {
   kCakePerRoute,
   kCakeGrouped,
   kPortable,
-  kCakeFusedDecode,
   kCakeSpecialized
 };
 

@@ -3,7 +3,6 @@
 
 #include "bgmv/cake_launch.h"
 #include "bgmv/cuda_plan.h"
-#include "bgmv/decode_fused_launch.h"
 #include "bgmv/grouped_launch.h"
 
 namespace cakemoe {
@@ -16,8 +15,6 @@ struct CudaPlan::Launch {
   OrderBuildParams order;
   GroupedParams grouped;    ///< grouped pipeline
   PortableParams portable;  ///< portable fallback
-  FusedDecodeParams fused;  ///< fused decode path (one cooperative launch)
-  FusedDecodeLauncher fused_launcher = nullptr;
   CakeUnitLaunch specialized_launcher = nullptr;  ///< shrink + expand of the specialized unit
   OrderBuildLauncher order_launcher = nullptr;
   GroupedLauncher grouped_launcher = nullptr;

@@ -200,42 +200,9 @@ void fill_specialized(const BgmvPlan::Impl& impl, CudaPlan::Launch& launch) {
   launch.specialized_launcher = reinterpret_cast<CakeUnitLaunch>(unit->launch);
 }
 
-const core::KernelUnit* fused_unit(int64_t rank) {
-  // NOTE: the fused units are portable (sm_90a/sm_100a/sm_103a); size = rank.
-  const core::KernelUnit* unit =
-      core::find_kernel_unit("bgmv", "decode_fused", "", static_cast<int>(rank), false);
-  return unit != nullptr && unit->size == rank ? unit : nullptr;
-}
-
-void fill_fused(const BgmvPlan::Impl& impl, CudaPlan::Launch& launch) {
-  const ProblemShape& s = impl.shape;
-  const core::KernelUnit* unit = fused_unit(s.rank);
-  core::require_supported(
-      unit != nullptr, "fused_decode",
-      "this build has no BGMV 'decode_fused' kernel unit for rank " + std::to_string(s.rank));
-  FusedDecodeParams& f = launch.fused;
-  f.cake = launch.cake;
-  f.shrink_ctas = s.num_pairs * (s.rank / 8) * f.cake.splits;
-  f.expand_ctas = s.num_tokens * ((s.hidden + kFusedCols - 1) / kFusedCols);
-  launch.fused_launcher = reinterpret_cast<FusedDecodeLauncher>(unit->launch);
-}
-
 }  // namespace
 
 bool specialized_unit_built(int64_t hidden) { return specialized_unit(hidden) != nullptr; }
-
-int fused_decode_blocks_per_sm(DType dtype, int64_t rank, Device device) {
-  const core::KernelUnit* unit = fused_unit(rank);
-  if (unit == nullptr || device.type != DeviceType::kCUDA) return 0;
-  FusedDecodeParams query;
-  query.cake.dtype = dtype_code(dtype);
-  query.cake.R = rank;
-  int blocks = 0;
-  query.blocks_per_sm_out = &blocks;
-  query.query_device = device.index;
-  reinterpret_cast<FusedDecodeLauncher>(unit->launch)(query, nullptr);
-  return blocks;
-}
 
 CakeParams cake_params(const BgmvPlan::Impl& impl) {
   const ProblemShape& s = impl.shape;
@@ -305,9 +272,6 @@ void setup_cuda_plan(BgmvPlan::Impl& impl, Arch arch) {
     } else if (c.grouped) {
       launch->path = CudaPath::kCakeGrouped;
       fill_grouped(impl, *launch, arch);
-    } else if (c.fused_decode) {
-      launch->path = CudaPath::kCakeFusedDecode;
-      fill_fused(impl, *launch);
     } else {
       launch->path = CudaPath::kCakePerRoute;
       if (c.order_remap) fill_order(impl, *launch, arch);

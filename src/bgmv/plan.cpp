@@ -5,7 +5,6 @@
 #include <ostream>
 #include <sstream>
 
-#include "bgmv/decode_fused_launch.h"
 #include "bgmv/grouped_launch.h"
 #include "core/check.h"
 
@@ -287,20 +286,6 @@ bool select_order_remap(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_l
   return num_pairs * hidden * rank * 2 >= kRemapMinWeightBytes;
 }
 
-int64_t fused_decode_ctas(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
-                          int splits) {
-  return num_pairs * (rank / kRankTile) * splits + num_tokens * ceil_div(hidden, kFusedCols);
-}
-
-bool fused_decode_fits(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
-                       int splits, int num_sms, int blocks_per_sm) {
-  if (num_pairs < 1 || num_pairs > kFusedMaxPairs || blocks_per_sm <= 0 || num_sms <= 0) {
-    return false;
-  }
-  return fused_decode_ctas(num_tokens, num_pairs, hidden, rank, splits) <=
-         static_cast<int64_t>(blocks_per_sm) * num_sms;
-}
-
 CakeSupport cake_support(const SupportQuery& q) {
   const std::string prefix = "Cake BGMV MoE ";
   if (q.capability &&
@@ -408,7 +393,6 @@ std::ostream& operator<<(std::ostream& os, const PlanChoice& c) {
     os << *c.schedule_id;
   else
     os << "none";
-  if (c.fused_decode) os << " fused_decode=1";
   if (!c.fallback_reason.empty()) os << " fallback_reason=\"" << c.fallback_reason << "\"";
   return os;
 }
@@ -440,8 +424,7 @@ Variant choose_variant(const ProblemDesc& p) {
 }  // namespace
 
 bool generic_pipeline_forced(const ProblemDesc& p) {
-  return p.grouped.value_or(false) || p.order_remap.value_or(false) ||
-         p.fused_decode.value_or(false);
+  return p.grouped.value_or(false) || p.order_remap.value_or(false);
 }
 
 PlanChoice choose_cake_plan(const ProblemDesc& p) {
@@ -457,8 +440,6 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   if (c.variant == Variant::kSpecialized) {
     core::require(!remap_forced, "order_remap",
                   "order_remap=true cannot be combined with the specialized variant");
-    core::require(!p.fused_decode.value_or(false), "fused_decode",
-                  "fused_decode=true cannot be combined with the specialized variant");
     c.schedule_id = p.schedule_override >= 0
                         ? p.schedule_override
                         : select_specialized_schedule(p.num_tokens, p.num_pairs, p.hidden, p.arch);
@@ -523,28 +504,9 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   c.schedule_id = p.generic_schedule_override >= 0
                       ? p.generic_schedule_override
                       : plan_generic_schedule(p.num_tokens, p.num_pairs, p.rank, p.arch);
-  // Fused decode: same splits, so the same bits; only the launch sequence changes.
-  if (p.fused_decode.value_or(false)) {
-    core::require(!c.grouped && !c.order_remap, "fused_decode",
-                  "fused_decode=true cannot be combined with the grouped pipeline or order_remap");
-    core::require(fused_decode_fits(p.num_tokens, p.num_pairs, p.hidden, p.rank, shrink.splits,
-                                    p.num_sms, p.fused_blocks_per_sm),
-                  "fused_decode",
-                  "the fused decode grid (" +
-                      std::to_string(fused_decode_ctas(p.num_tokens, p.num_pairs, p.hidden, p.rank,
-                                                       shrink.splits)) +
-                      " CTAs) must be co-resident (" + std::to_string(p.fused_blocks_per_sm) +
-                      " per SM x " + std::to_string(p.num_sms) + " SMs) with num_pairs <= 128");
-    c.fused_decode = true;
-  } else if (!p.fused_decode.has_value() && p.fused_decode_where_fits && !c.grouped &&
-             !c.order_remap) {
-    c.fused_decode = fused_decode_fits(p.num_tokens, p.num_pairs, p.hidden, p.rank, shrink.splits,
-                                       p.num_sms, p.fused_blocks_per_sm);
-  }
-  // NOTE: no heuristic picks the fused decode since 2026-11-30: on the H200, the one GPU it was
-  // measured on, the two-kernel plan with the register shrink, the one-trip route scan and the
-  // wide expand schedule beat it on every T <= 8 row (bench/results/2026-11-30_*_bgmv-decode.md;
-  // it lost up to 2x at rank 64, k 6 / 8). fused_decode=true still runs it where the grid fits.
+  // NOTE: the fused decode (one cooperative launch of shrink and expand) was deleted in session
+  // 7: on the H200 the two-kernel plan beat it on every T <= 8 row, by up to 2x at rank 64, k 6 /
+  // 8 (bench/results/2026-11-30_*_bgmv-decode.md); its code is in git history (e.g. at 1243c87).
   return c;
 }
 

@@ -32,7 +32,7 @@ struct Capability {
 // ---- Selectors ----------------------------------------------------------------------------------
 
 /// SM90 decode sizes (P <= 48 pairs and P * R / 8 <= 96 shrink CTAs) where the generic plan takes
-/// the register shrink (form 3, one split) and never the fused decode.
+/// the register shrink (form 3, one split).
 bool register_shrink_region(int64_t num_pairs, int64_t rank, Arch arch);
 /// The generic plan's shrink (and the splits every variant uses, so their bits agree): spec
 /// §4.1's rule (select_generic_shrink), except on SM90 (cakemoe deviations, measured): form 3
@@ -71,14 +71,6 @@ bool select_grouped_sm90(int64_t num_pairs, int64_t num_tokens, int64_t num_lora
 /// (choose_cake_plan leaves order_remap off unless forced; bench/NOTES.md).
 bool select_order_remap(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
                         int64_t num_experts, int64_t hidden, int64_t rank, Arch arch);
-/// Fused decode path (one cooperative launch, src/bgmv/decode_fused.cuh): CTAs of its grid,
-/// P * (R / 8) * splits shrink CTAs + T * ceil(H / 128) expand CTAs.
-int64_t fused_decode_ctas(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
-                          int splits);
-/// Whether the fused grid can be co-resident: fused_decode_ctas <= blocks_per_sm * num_sms
-/// (blocks_per_sm: the kernel's occupancy; 0 = no fused kernel built) and P <= 128.
-bool fused_decode_fits(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
-                       int splits, int num_sms, int blocks_per_sm);
 
 // ---- Cake support set (spec §9) -----------------------------------------------------------------
 
@@ -171,7 +163,6 @@ struct PlanChoice {
   int pdl_mode = 0;
   std::optional<int> schedule_id;
   std::string fallback_reason;
-  bool fused_decode = false;  ///< one cooperative shrink + expand launch (per-route family)
   /// Hidden splits the shrink runs: shrink_launch->splits, or for the specialized variant (whose
   /// shrink_launch is unset, spec §1) the generic selector's, so both variants give equal bits.
   int shrink_splits = 1;
@@ -193,9 +184,6 @@ struct ProblemDesc {
   bool specialized_built = false;
   std::optional<bool> grouped;           ///< forced value, or heuristic when unset
   std::optional<bool> order_remap;       ///< forced value, or heuristic when unset
-  std::optional<bool> fused_decode;      ///< true: forced; unset / false: the two-kernel path
-  bool fused_decode_where_fits = false;  ///< unset fused_decode: fused where the grid fits (A/B)
-  int fused_blocks_per_sm = 0;           ///< occupancy of the fused kernel (0: not built)
   int variant_override = -1;             ///< -1 select_variant, 0 generic, 1 specialized (forced)
   int schedule_override = -1;            ///< specialized schedule 0 / 1 / 2 forced; -1 selector
   /// Generic shrink (form 0 / 2 / 3, splits) forced instead of plan_generic_shrink's (A/B runs).
@@ -205,17 +193,15 @@ struct ProblemDesc {
 };
 /// The Cake choice for a problem inside the support set. Throws InvalidArgument("order_remap")
 /// when order_remap is forced together with grouped or the specialized variant (spec §10 rule 15),
-/// and InvalidArgument("grouped" / "order_remap") when a forced pipeline exceeds its kernel limits;
-/// InvalidArgument("fused_decode") when fused_decode=true is forced with grouped, order_remap, the
-/// specialized variant, or a grid that cannot be co-resident. A forced specialized variant
-/// (variant_override 1) raises InvalidArgument("variant") outside the specialized shapes,
-/// InvalidArgument("grouped" / "order_remap" / "fused_decode") when that pipeline is forced too,
+/// and InvalidArgument("grouped" / "order_remap") when a forced pipeline exceeds its kernel limits.
+/// A forced specialized variant (variant_override 1) raises InvalidArgument("variant") outside the
+/// specialized shapes, InvalidArgument("grouped" / "order_remap") when that pipeline is forced too,
 /// and Unsupported("variant") when its unit is not built; schedule_override raises
 /// InvalidArgument("schedule_id") outside 0..2 or on a plan that is not specialized;
 /// shrink_override raises InvalidArgument("shrink_launch") for a form other than 0, 2, 3, splits
 /// outside 1..8, or splits > 1 with more than 128 pairs.
 PlanChoice choose_cake_plan(const ProblemDesc& problem);
-/// A pipeline the caller forced on (grouped, order_remap or fused_decode = true): each exists
+/// A pipeline the caller forced on (grouped or order_remap = true): each exists
 /// only in the generic variant, so the selector keeps such a plan generic.
 bool generic_pipeline_forced(const ProblemDesc& problem);
 /// The portable choice (spec §9): no schedule, no shrink launch, reason recorded.

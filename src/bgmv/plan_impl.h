@@ -99,9 +99,6 @@ struct DeviceFacts {
   int num_sms = 0;
 };
 DeviceFacts query_cuda_device(Device device);
-/// Maximum active CTAs per SM of the fused decode kernel for (dtype, rank) on `device`; 0 when
-/// that kernel unit is not built (or the build has no CUDA).
-int fused_decode_blocks_per_sm(DType dtype, int64_t rank, Device device);
 /// Whether this build has the specialized kernel unit of `hidden` (rank 32; false without CUDA).
 bool specialized_unit_built(int64_t hidden);
 /// Sets every byte of a workspace to 0 and waits (prepare only).

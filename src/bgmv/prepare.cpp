@@ -18,19 +18,8 @@ namespace {
 constexpr Arch kCpuEmulatedArch = Arch::kSm90a;
 constexpr int kCpuEmulatedSms = 132;
 
-// NOTE: the CPU backend reports the fused decode choice of an H200 with the occupancy the
-// sm_90a build of the fused kernel has (96 registers x 128 threads: 5 CTAs per SM, ptxas -v).
-constexpr int kCpuEmulatedFusedBlocksPerSm = 5;
-
 // Reported by plans that took the portable path through PrepareInternals::force_portable.
 constexpr const char* kForcedPortableReason = "forced portable path (internal option)";
-
-// CAKEMOE_BGMV_FUSED_DECODE=1 opts every plan in to the fused decode where its grid fits
-// (benchmarks, A/B runs of the GPU tests); an explicit BgmvOptions::fused_decode still wins.
-bool fused_decode_opted_in_by_env() {
-  const char* env = std::getenv("CAKEMOE_BGMV_FUSED_DECODE");
-  return env != nullptr && std::strcmp(env, "1") == 0;
-}
 
 // CAKEMOE_BGMV_VARIANT=generic|specialized (A/B runs): -1 unset, 0 generic, 1 specialized.
 int variant_from_env() {
@@ -44,7 +33,7 @@ int variant_from_env() {
 
 /// The variant override of a plan: PrepareInternals wins; else the environment, where
 /// "specialized" applies only to plans that can take it (a built specialized shape without a
-/// forced grouped / order_remap / fused_decode), so whole tables can be A/B run.
+/// forced grouped / order_remap), so whole tables can be A/B run.
 int variant_override(const detail::PrepareInternals& internals, const ProblemDesc& desc) {
   if (internals.variant_override >= 0) return internals.variant_override;
   const int env = variant_from_env();
@@ -144,17 +133,12 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     desc.num_sms = num_sms;
     desc.grouped = options.grouped;
     desc.order_remap = options.order_remap;
-    desc.fused_decode = options.fused_decode;
-    desc.fused_decode_where_fits = fused_decode_opted_in_by_env();
     // NOTE: the CPU backend emulates an H200 build with every unit (same bits either way).
     desc.specialized_built = on_cpu || detail::specialized_unit_built(s.hidden);
     desc.variant_override = variant_override(internals, desc);
     desc.schedule_override = internals.specialized_schedule;
     desc.shrink_override = shrink_from_env();
     desc.generic_schedule_override = generic_schedule_from_env();
-    desc.fused_blocks_per_sm = on_cpu
-                                   ? kCpuEmulatedFusedBlocksPerSm
-                                   : detail::fused_decode_blocks_per_sm(s.dtype, s.rank, s.device);
     choice = choose_cake_plan(desc);
     validate_int32_limits(
         {{"x", x},

@@ -1,5 +1,5 @@
-// The ProblemDesc of an H200 plan (sm_90a, 132 SMs, the fused decode kernel's occupancy) for the
-// selector tests: 8 LoRAs x 128 experts, P = T * top_k.
+// The ProblemDesc of an H200 plan (sm_90a, 132 SMs) for the selector tests: 8 LoRAs x 128
+// experts, P = T * top_k.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,6 @@ namespace cakemoe {
 namespace bgmv {
 
 constexpr int kH200Sms = 132;
-constexpr int kH200FusedBlocksPerSm = 5;  // the sm_90a fused kernel (96 registers x 128 threads)
 
 inline ProblemDesc h200_desc(int64_t tokens, int64_t top_k, int64_t hidden, int64_t rank) {
   ProblemDesc d;
@@ -22,7 +21,6 @@ inline ProblemDesc h200_desc(int64_t tokens, int64_t top_k, int64_t hidden, int6
   d.num_experts = 128;
   d.arch = Arch::kSm90a;
   d.num_sms = kH200Sms;
-  d.fused_blocks_per_sm = kH200FusedBlocksPerSm;
   return d;
 }
 

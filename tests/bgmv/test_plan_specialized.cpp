@@ -84,7 +84,7 @@ TEST(BgmvPlanSpecialized, ForcedAttributes) {
       EXPECT_EQ(s.schedule_id, select_specialized_schedule(t, 2 * t, h, Arch::kSm90a)) << at;
       EXPECT_FALSE(s.shrink_launch.has_value()) << at;  // spec §1: None for specialized
       EXPECT_EQ(s.pdl_mode, 0) << at;                   // spec §4.4
-      EXPECT_FALSE(s.grouped || s.order_remap || s.fused_decode) << at;
+      EXPECT_FALSE(s.grouped || s.order_remap) << at;
       // Same splits as the generic plan (same bits); kernels chain with the generic PDL mode.
       EXPECT_EQ(s.shrink_splits, plan_generic_shrink(2 * t, 32, h, Arch::kSm90a).splits) << at;
       EXPECT_EQ(s.launch_pdl_mode, select_pdl_mode(Variant::kGeneric, t, h, Arch::kSm90a, 132));
@@ -115,9 +115,6 @@ TEST(BgmvPlanSpecialized, ForcedRefusals) {
   ProblemDesc d = forced(special_desc(1024, 2, 3072, 32));
   d.grouped = true;
   expect_refused<InvalidArgument>(d, "grouped", "grouped forced");
-  d = forced(special_desc(4, 2, 3072, 32));
-  d.fused_decode = true;
-  expect_refused<InvalidArgument>(d, "fused_decode", "fused decode forced");
   d = forced(special_desc(512, 2, 2688, 32));
   d.order_remap = true;
   expect_refused<InvalidArgument>(d, "order_remap", "spec §10 rule 15");
@@ -132,10 +129,9 @@ TEST(BgmvPlanSpecialized, ForcedRefusals) {
   d = special_desc(8, 2, 3072, 32);
   d.variant_override = 2;
   expect_refused<InvalidArgument>(d, "variant", "override 2");
-  // grouped=false / fused_decode=false / order_remap=false are no conflict.
+  // grouped=false / order_remap=false are no conflict.
   d = forced(special_desc(8, 2, 3072, 32));
   d.grouped = false;
-  d.fused_decode = false;
   d.order_remap = false;
   EXPECT_EQ(choose_cake_plan(d).variant, Variant::kSpecialized);
 }

@@ -1,7 +1,0 @@
-// Kernel unit: BGMV fused decode path (one cooperative shrink + expand launch), rank 32, bf16 and
-// fp16.
-#include "bgmv/decode_fused_unit.cuh"
-#include "core/kernel_registry.h"
-
-CAKEMOE_KERNEL_UNIT(bgmv_decode_fused_r32, "bgmv", "decode_fused", "", 32, "portable",
-                    &cakemoe::bgmv::dev::launch_fused_decode_rank<32>)

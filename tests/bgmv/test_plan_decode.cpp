@@ -1,0 +1,90 @@
+// SM90 decode plans (register-shrink region, expand schedule) and the A/B overrides of the generic
+// shrink launch and expand schedule (plan.h).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "bgmv/h200_desc.h"
+#include "bgmv/plan.h"
+#include "cakemoe/errors.h"
+
+namespace cakemoe {
+namespace bgmv {
+namespace {
+
+TEST(BgmvPlanDecode, Sm90DecodeDefaults) {
+  // SM90 decode defaults: the register shrink with one split in its region, else spec §4.1's; the
+  // wide expand schedule but at rank 64 with more than two routes per token.
+  for (int64_t t : {1, 2, 4, 8}) {
+    for (int64_t k : {1, 2, 6, 8}) {
+      for (int64_t r : {8, 16, 32, 64}) {
+        const ProblemDesc d = h200_desc(t, k, 3072, r);
+        const PlanChoice c = choose_cake_plan(d);
+        const std::string at = "T=" + std::to_string(t) + " k=" + std::to_string(k) +
+                               " R=" + std::to_string(r);
+        const bool region = register_shrink_region(d.num_pairs, r, Arch::kSm90a);
+        EXPECT_EQ(region, d.num_pairs <= 48 && d.num_pairs * (r / 8) <= 96) << at;
+        if (region) {
+          EXPECT_EQ(c.shrink_launch->form, 3) << at;
+          EXPECT_EQ(c.shrink_launch->splits, 1) << at;
+        } else {
+          const ShrinkLaunch spec = select_generic_shrink(d.num_pairs, r, 3072, Arch::kSm90a);
+          EXPECT_EQ(c.shrink_launch->splits, spec.splits) << at;
+          // Rank 64 takes the register form above the region too (H 3072: rank 32 does not).
+          EXPECT_EQ(c.shrink_launch->form, r == 64 ? 3 : spec.form) << at;
+        }
+        EXPECT_EQ(c.schedule_id, r == 64 && k > 2 ? 0 : 1) << at;
+        EXPECT_EQ(plan_generic_schedule(t, d.num_pairs, r, Arch::kSm90a), c.schedule_id) << at;
+        // Elsewhere spec §4.3's schedule: narrow up to T 8.
+        EXPECT_EQ(plan_generic_schedule(t, d.num_pairs, r, Arch::kSm100a), 0) << at;
+      }
+    }
+  }
+  EXPECT_EQ(plan_generic_schedule(16, 32, 64, Arch::kSm90a), 1);
+  // The region's edges: T 8 k 6 at rank 16 (P 48, 96 CTAs) is in; k 8 (128 CTAs) and P 49 out.
+  EXPECT_TRUE(register_shrink_region(48, 16, Arch::kSm90a));
+  EXPECT_FALSE(register_shrink_region(64, 16, Arch::kSm90a));
+  EXPECT_FALSE(register_shrink_region(49, 8, Arch::kSm90a));
+  EXPECT_FALSE(register_shrink_region(48, 16, Arch::kSm100a));
+  // Rank 32 takes the register form above the region from H 4096; never off SM90.
+  EXPECT_EQ(plan_generic_shrink(512, 32, 4096, Arch::kSm90a).form, 3);
+  EXPECT_EQ(plan_generic_shrink(512, 32, 3072, Arch::kSm90a).form, 0);
+  EXPECT_EQ(plan_generic_shrink(512, 64, 2048, Arch::kSm100a).form,
+            select_generic_shrink(512, 64, 2048, Arch::kSm100a).form);
+}
+
+TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
+  // 3072/16/T7/k8 (P 56, above the register region): the selector's (form 2, 2 splits).
+  ProblemDesc d = h200_desc(7, 8, 3072, 16);
+  const PlanChoice chosen = choose_cake_plan(d);
+  ASSERT_TRUE(chosen.shrink_launch.has_value());
+  EXPECT_EQ(chosen.shrink_launch->form, 2);
+  EXPECT_EQ(chosen.shrink_launch->splits, 2);
+  d.shrink_override = ShrinkLaunch{3, 1};
+  const PlanChoice forced = choose_cake_plan(d);
+  ASSERT_TRUE(forced.shrink_launch.has_value());
+  EXPECT_EQ(forced.shrink_launch->form, 3);
+  EXPECT_EQ(forced.shrink_launch->splits, 1);
+  EXPECT_EQ(forced.shrink_splits, 1);
+  for (const ShrinkLaunch bad : {ShrinkLaunch{1, 1}, ShrinkLaunch{4, 1}, ShrinkLaunch{3, 0},
+                                 ShrinkLaunch{3, 9}}) {
+    d.shrink_override = bad;
+    EXPECT_THROW(choose_cake_plan(d), InvalidArgument) << bad.form << "," << bad.splits;
+  }
+  ProblemDesc many = h200_desc(200, 1, 3072, 32);  // 200 pairs: one split only
+  many.shrink_override = ShrinkLaunch{3, 2};
+  EXPECT_THROW(choose_cake_plan(many), InvalidArgument);
+  many.shrink_override = ShrinkLaunch{3, 1};
+  EXPECT_EQ(choose_cake_plan(many).shrink_launch->form, 3);
+  // The generic expand schedule: wide at this decode size, forced narrow; 2 is not a generic one.
+  ProblemDesc wide = h200_desc(4, 2, 3072, 16);
+  EXPECT_EQ(choose_cake_plan(wide).schedule_id, 1);
+  wide.generic_schedule_override = 0;
+  EXPECT_EQ(choose_cake_plan(wide).schedule_id, 0);
+  wide.generic_schedule_override = 2;
+  EXPECT_THROW(choose_cake_plan(wide), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace bgmv
+}  // namespace cakemoe
