@@ -87,16 +87,16 @@ void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
   cp = cake_params(impl);
 }
 
-// CAKEMOE_BGMV_GROUPED_STAGE=0|1|2|3|4 replaces the grouped shrink's form (A/B runs of the
-// benchmark; the bits do not depend on it); -1 without it. 1 and 2 are capped at the largest
-// staging that fits H (their shared memory grows with it), capped at the two-kernel choice; 3,
-// the ring, fits every H; 4, the fused shrink + expand, is ignored where its staging passes
+// CAKEMOE_BGMV_GROUPED_STAGE=0|1|2|4 replaces the grouped shrink's form (A/B runs of the
+// benchmark; the bits do not depend on it); -1 without it (and for 3, the deleted ring). 1 and 2
+// are capped at the largest staging that fits H (their shared memory grows with it), capped at
+// the two-kernel choice; 4, the fused shrink + expand, is ignored where its staging passes
 // kGroupFusedMaxSmemBytes (and, by grouped_runtime_stage, before SM90).
 int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
   const char* env = std::getenv("CAKEMOE_BGMV_GROUPED_STAGE");
   if (env == nullptr || env[0] < '0' || env[0] > '4' || env[1] != '\0') return -1;
   const int forced = env[0] - '0';
-  if (forced == 3) return 3;
+  if (forced == 3) return -1;
   if (forced == 4) {
     return grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedMaxSmemBytes
                ? 4

@@ -41,7 +41,8 @@ struct GroupedParams {
   int hist_ctas = 1;
   int max_tiles = 1;
   int fused_index = 0;  ///< 1: one-CTA index kernel
-  /// grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows, 3 ring; 4 the fused
+  /// grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows (3, a persistent ring,
+  /// was deleted in session 7: never chosen, never faster); 4 the fused
   /// shrink + expand (one kernel for both stages, grouped_fused.cuh)
   int stage = 0;
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent

@@ -13,7 +13,6 @@
 
 #include "bgmv/grouped_compute.cuh"
 #include "bgmv/grouped_fused.cuh"
-#include "bgmv/grouped_shrink_ring.cuh"
 #include "cakemoe/errors.h"
 #include "core/cuda_check.h"
 
@@ -32,26 +31,6 @@ inline void launch_stage(void (*kernel)(GroupedParams), dim3 grid, int threads, 
                                             static_cast<int>(smem)));
   }
   dev::launch_pdl(kernel, grid, dim3(threads), smem, stream, dependent, p);
-}
-
-/// The persistent ring shrink: as many CTAs as fit on the device at once (at most one per item).
-/// The occupancy query is not a stream operation (legal inside a capture); it needs the
-/// shared-memory opt-in first, so this launches directly instead of through launch_stage.
-template <bool kBf16>
-void launch_ring_shrink(const GroupedParams& p, cudaStream_t stream) {
-  const auto kernel = grouped_shrink_ring_kernel<kBf16>;
-  const size_t smem = static_cast<size_t>(kRingSmemBytes);
-  CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-  int device = 0, sms = 0, per_sm = 0;
-  CAKEMOE_CUDA_CHECK(cudaGetDevice(&device));
-  CAKEMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CAKEMOE_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kShrinkThreads, smem));
-  const int64_t items = static_cast<int64_t>(p.max_tiles) * (p.rank / kRankTile);
-  const int64_t ctas = std::min<int64_t>(items, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
-  dev::launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kShrinkThreads), smem, stream,
-                  p.pdl != 0, p);
 }
 
 /// The last stage after either expand form (two-kernel or fused): the combine, unless the bench
@@ -187,12 +166,9 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
       launch_stage(grouped_shrink_kernel<kBf16, 2>, shrink_grid, kShrinkThreads,
                    (kRankTile + kGroupShrinkPart) * row_bytes, pdl, stream, p);
       break;
-    case 3:
-      launch_ring_shrink<kBf16>(p, stream);
-      break;
     default:
       throw InvalidArgument("stage",
-                            "the grouped shrink stages 0, 1, 2, 3 (ring) or 4 (fused), got " +
+                            "the grouped shrink stages 0, 1, 2 or 4 (fused), got " +
                                 std::to_string(p.stage));
   }
   if (p.last_stage < 2) return;

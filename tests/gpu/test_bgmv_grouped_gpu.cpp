@@ -93,24 +93,6 @@ TEST(BgmvGroupedGpu, FormsBitwiseVsCpu) {
   for (const GroupedRow& row : rows) check_forms(row, ++seed, indexes);
 }
 
-// The persistent ring shrink (stage 3, CAKEMOE_BGMV_GROUPED_STAGE=3): the same rows and y bits,
-// across part counts (k 20: > 4 routes per tile), splits (P 32 at H 4096), partial k tiles
-// (H 1344, 2112, 7176) and ranks 8-64.
-TEST(BgmvGroupedGpu, RingShrinkBitwiseVsCpu) {
-  CAKEMOE_REQUIRE_GPU();
-  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "3");
-  const std::vector<GroupedRow> rows = {
-      {768, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
-      {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
-      {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
-      {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
-      {4096, 8, 16, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
-      {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},
-      {7176, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};
-  uint64_t seed = 4200;
-  for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
-}
-
 // The fused shrink + expand (stage 4, forced here by CAKEMOE_BGMV_GROUPED_STAGE=4; the default at
 // ranks 16 and 64 up to H 3072): the same rows and y bits,
 // across cluster sizes (ranks 8-64), part counts (k 20: > 4 routes per tile; 64 routes per bin:
