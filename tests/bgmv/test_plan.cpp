@@ -215,7 +215,7 @@ TEST(BgmvPlanWorkspaces, GroupedGeometry) {
   EXPECT_EQ(grouped_runtime_stage(2, 2, 4, Arch::kSm103a), 4);
   EXPECT_EQ(grouped_runtime_stage(2, 2, 4, Arch::kOther), 2);
   EXPECT_EQ(grouped_runtime_stage(4, 2, 1, Arch::kSm90a), 1);
-  EXPECT_EQ(grouped_runtime_stage(2, 2, 3, Arch::kOther), 3);
+  EXPECT_EQ(grouped_runtime_stage(2, 2, 0, Arch::kOther), 0);
 }
 
 TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
