@@ -4,7 +4,7 @@
 // portable path of the same inputs in the same run.
 //
 //   bench_bgmv [--quick] [--stages] [--variants] [--specialized] [--flush=memset] [--reps=N]
-//              [--budget=SECONDS] [--rows=H,R,T,k,L;...] [--benchmark_out=FILE ...]
+//              [--budget=SECONDS] [--rows=H,R,T,k,L[,E];...] [--benchmark_out=FILE ...]
 //
 // --quick: H 3072 only (plus the 4-LoRA comparison rows). The default matrix is hidden {2688,
 // 3072, 4096} x rank {16, 32, 64} x T {1 .. 2048} x top-k {2, 6, 8}, 8 LoRAs x 128 experts; it
@@ -162,15 +162,16 @@ void print_targets(const std::vector<Row>& rows) {
   }
 }
 
-/// --rows=H,R,T,k,L[;H,R,T,k,L...]: whether table shape s (any E) is one of them.
+/// --rows=H,R,T,k,L[,E][;...]: whether table shape s is one of them (any E when E is left out).
 bool row_selected(const std::string& rows, const Shape& s) {
   size_t at = 0;
   while (at < rows.size()) {
     const size_t end = std::min(rows.find(';', at), rows.size());
-    long long h = 0, r = 0, t = 0, k = 0, l = 0;
-    if (std::sscanf(rows.substr(at, end - at).c_str(), "%lld,%lld,%lld,%lld,%lld", &h, &r, &t, &k,
-                    &l) == 5 &&
-        h == s.hidden && r == s.rank && t == s.tokens && k == s.top_k && l == s.loras) {
+    long long h = 0, r = 0, t = 0, k = 0, l = 0, e = 0;
+    const int got = std::sscanf(rows.substr(at, end - at).c_str(), "%lld,%lld,%lld,%lld,%lld,%lld",
+                                &h, &r, &t, &k, &l, &e);
+    if (got >= 5 && h == s.hidden && r == s.rank && t == s.tokens && k == s.top_k &&
+        l == s.loras && (got == 5 || e == s.experts)) {
       return true;
     }
     at = end + 1;

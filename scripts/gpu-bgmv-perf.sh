@@ -8,7 +8,7 @@
 #
 #   scripts/gpu-bgmv-perf.sh OUTDIR [--variants] [--no-ncu] [--no-bench] [--sanitize=FILTER]
 #                            [--ncu-shapes="H,R,T,k,L H,R,T,k,L"]
-#                            [--ncu-source="KERNEL_REGEX@H,R,T,k,L ..."]
+#                            [--ncu-source="KERNEL_REGEX@H,R,T,k,L[,E] ..."]
 #
 # --ncu-source: per entry, the first launch matching KERNEL_REGEX in that table row (bench_bgmv
 # --rows: the row's Cake plan, then its portable plan, e.g. 'portable_expand@3072,16,1,8,8')
@@ -118,7 +118,7 @@ if ((ncu_on)) && command -v ncu >/dev/null 2>&1; then
 fi
 if [[ -n "$ncu_source" ]] && command -v ncu >/dev/null 2>&1; then
   i=0
-  for entry in $ncu_source; do  # REGEX@H,R,T,k,L entries, one file each
+  for entry in $ncu_source; do  # REGEX@H,R,T,k,L[,E] entries, one file each
     i=$((i + 1))
     regex="${entry%@*}" shape="${entry#*@}"
     log="$out/ncu_source_$i.txt"
