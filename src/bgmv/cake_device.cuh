@@ -70,6 +70,56 @@ CAKEMOE_DEVICE void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// ---- L2 eviction priorities ---------------------------------------------------------------------
+
+/// Policies for the .L2::cache_hint forms below. evict_first: bytes read once (streamed weights),
+/// so they do not push out what is read again; evict_last: bytes read again by the next stage
+/// (the grouped partials); evict_normal: what a plain access gets (the hints switched off).
+CAKEMOE_DEVICE uint64_t l2_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+CAKEMOE_DEVICE uint64_t l2_evict_last() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+CAKEMOE_DEVICE uint64_t l2_evict_normal() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+/// cp_async16 (always valid) with an L2 policy.
+CAKEMOE_DEVICE void cp_async16_hint(void* smem, const void* gmem, uint64_t policy) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(gmem), "l"(policy)
+               : "memory");
+}
+
+CAKEMOE_DEVICE void st_global_hint(float* gmem, float value, uint64_t policy) {
+  asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;\n" ::"l"(gmem), "f"(value),
+               "l"(policy)
+               : "memory");
+}
+
+CAKEMOE_DEVICE float4 ld_global_hint(const float4* gmem, uint64_t policy) {
+  float4 v;
+  asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(gmem), "l"(policy)
+               : "memory");
+  return v;
+}
+
+/// Drops the 128-byte L2 line at `gmem` (128-byte aligned) without writing it back: its bytes
+/// become indeterminate. For scratch that no one reads again before rewriting it.
+CAKEMOE_DEVICE void discard_l2_line(const void* gmem) {
+  asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(gmem) : "memory");
+}
+
 // ---- Programmatic dependent launch (spec §4.4) --------------------------------------------------
 
 /// Lets the dependent grid (the expand) start launching. No-op without a dependent.

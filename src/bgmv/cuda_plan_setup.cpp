@@ -112,6 +112,13 @@ int prewait_from_env() {
   return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
 }
 
+// CAKEMOE_BGMV_L2_HINTS=0: the grouped pipeline's plain loads and stores (GroupedParams::l2_hints;
+// A/B runs, the bits do not depend on it).
+int l2_hints_from_env() {
+  const char* env = std::getenv("CAKEMOE_BGMV_L2_HINTS");
+  return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
+}
+
 // CAKEMOE_BGMV_EXPAND_TILES=1|2|4 replaces the grouped expand's tiles per CTA (A/B runs; the
 // bits do not depend on it).
 int grouped_expand_tiles_from_env(int chosen) {
@@ -161,6 +168,10 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.last_stage = impl.grouped_last_stage;
+  g.l2_hints = l2_hints_from_env();
+  // NOTE: a discarded line must hold one route's partials only: rows of H floats start on a
+  // 128-byte line when H % 32 == 0 (the buffer itself is 256-byte aligned).
+  g.discard_partials = g.l2_hints != 0 && s.hidden % 32 == 0 ? 1 : 0;
   launch.grouped_launcher =
       reinterpret_cast<GroupedLauncher>(unit_or_throw("grouped", dtype_name(s.dtype), arch).launch);
 }

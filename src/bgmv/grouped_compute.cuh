@@ -222,13 +222,14 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   // then (kStage 2) the first part's x rows.
   constexpr int kRows = kRankTile + (kStage == 2 ? kGroupShrinkPart : 0);
   if constexpr (kStage >= 1) {
+    const uint64_t a_policy = p.l2_hints ? dev::l2_evict_first() : dev::l2_evict_normal();
     for (int t = 0; t < tiles; ++t) {
       const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
       if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
         uint4* dst = stage_vec + static_cast<int64_t>(t) * kRows * kShrinkThreads + tid;
 #pragma unroll
         for (int r = 0; r < kRankTile; ++r) {
-          dev::cp_async16(dst + r * kShrinkThreads, a_global + r * h + k0, true);
+          dev::cp_async16_hint(dst + r * kShrinkThreads, a_global + r * h + k0, a_policy);
         }
         if constexpr (kStage == 2) {
           for (int i = 0; i < first_part; ++i) {
@@ -328,6 +329,7 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   const int tid = threadIdx.x;
   const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols;
   const int cols = static_cast<int>(min(static_cast<int64_t>(kGroupExpandCols), p.hidden - col0));
+  const uint64_t b_policy = p.l2_hints ? dev::l2_evict_first() : dev::l2_evict_normal();
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     if (info[j].y == 0) continue;
@@ -335,9 +337,9 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
         reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
                                        (static_cast<int64_t>(info[j].z) * p.hidden + col0) * kRank);
     for (int q = tid; q < cols * kGroups; q += kGroupExpandCols) {
-      dev::cp_async16(
+      dev::cp_async16_hint(
           bstage + j * kTileVectors + grouped_expand_slot<kGroups>(q / kGroups, q % kGroups),
-          block + q, true);
+          block + q, b_policy);
     }
   }
   dev::cp_async_commit();
@@ -355,6 +357,8 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   __syncthreads();
   if (tid >= cols) return;
   const int64_t c = col0 + tid;
+  // The combine reads the partials next: kept in L2 (evict-last) where they fit.
+  const uint64_t partial_policy = p.l2_hints ? dev::l2_evict_last() : dev::l2_evict_normal();
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int n = info[j].y;
@@ -366,8 +370,8 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
                            b + 8 * g);
     }
     const auto route = [&](int i) {
-      p.partials[static_cast<int64_t>(spair[j][i]) * p.hidden + c] =
-          route_partial<kRank>(srow[j][i], b);
+      dev::st_global_hint(p.partials + static_cast<int64_t>(spair[j][i]) * p.hidden + c,
+                          route_partial<kRank>(srow[j][i], b), partial_policy);
     };
     if constexpr (kRank <= 16) {
       // NOTE: unrolled by 2 the route loop fits 64 registers without spilling at ranks 8/16.
@@ -426,6 +430,9 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
     }
     __syncthreads();
     dev::pdl_wait();
+    // The partials are dead after this read: evict-first, and with discard_partials each line
+    // is dropped from L2 once the warp has read it (no write-back to HBM).
+    const uint64_t read_policy = p.l2_hints ? dev::l2_evict_first() : dev::l2_evict_normal();
     for (int c0 = 4 * tid; c0 < h; c0 += kSteps * kStep) {
       float acc[kSteps][4] = {};
 #pragma unroll 4
@@ -436,7 +443,8 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
         for (int s = 0; s < kSteps; ++s) {
           const int c = c0 + s * kStep;
           if (c < h) {
-            const float4 v = *reinterpret_cast<const float4*>(src + c);
+            const float4 v =
+                dev::ld_global_hint(reinterpret_cast<const float4*>(src + c), read_policy);
             acc[s][0] = fmaf(v.x, wj, acc[s][0]);
             acc[s][1] = fmaf(v.y, wj, acc[s][1]);
             acc[s][2] = fmaf(v.z, wj, acc[s][2]);
@@ -447,6 +455,21 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
         if (c0 + s * kStep < h) store(c0 + s * kStep, acc[s]);
+      }
+      if (p.discard_partials) {
+        // NOTE: after the stores, which need every load of this thread; the warp's loads of a
+        // line are one instruction, so its other lanes have their values too. Lane 8m owns the
+        // line of columns c .. c + 31 (c % 32 == 0; rows start on a line since H % 32 == 0).
+        __syncwarp();
+        if (tid % 8 == 0) {
+          for (int j = 0; j < count; ++j) {
+#pragma unroll
+            for (int s = 0; s < kSteps; ++s) {
+              const int c = c0 + s * kStep;
+              if (c < h) dev::discard_l2_line(p.partials + list[j] * h + c);
+            }
+          }
+        }
       }
     }
     return;

@@ -98,9 +98,10 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
   {
     const uint4* src = reinterpret_cast<const uint4*>(
         static_cast<const uint16_t*>(p.lora_b) + (static_cast<int64_t>(bin) * h + col0) * kRank);
+    const uint64_t b_policy = p.l2_hints ? dev::l2_evict_first() : dev::l2_evict_normal();
     for (int v = tid; v < cols * kGroups; v += kShrinkThreads) {
-      dev::cp_async16(stage + grouped_expand_slot<kGroups>(v / kGroups, v % kGroups), src + v,
-                      true);
+      dev::cp_async16_hint(stage + grouped_expand_slot<kGroups>(v / kGroups, v % kGroups),
+                           src + v, b_policy);
     }
     dev::cp_async_commit();
   }
@@ -121,6 +122,7 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
   __syncthreads();  // srow and the B block complete
 
   // ---- expand, column block q (grouped_expand_kernel's per-route arithmetic) ----
+  const uint64_t partial_policy = p.l2_hints ? dev::l2_evict_last() : dev::l2_evict_normal();
   for (int lc = tid; lc < cols; lc += kShrinkThreads) {
     const int64_t c = col0 + lc;
     float b[kRank];
@@ -129,7 +131,8 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
       dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc, g)], b + 8 * g);
     }
     const auto route = [&](int i) {
-      p.partials[static_cast<int64_t>(spair[i]) * h + c] = route_partial<kRank>(srow[i], b);
+      dev::st_global_hint(p.partials + static_cast<int64_t>(spair[i]) * h + c,
+                          route_partial<kRank>(srow[i], b), partial_policy);
     };
     if constexpr (kRank <= 16) {
 #pragma unroll 2

@@ -47,6 +47,12 @@ struct GroupedParams {
   int stage = 0;
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
   int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
+  /// 1: L2 eviction hints (A and B read evict-first, the partials written evict-last so the
+  /// combine finds them in L2); 0: plain accesses (CAKEMOE_BGMV_L2_HINTS=0, A/B runs).
+  int l2_hints = 1;
+  /// 1: the combine drops each partials line from L2 after reading it, so the partials are never
+  /// written back to HBM (needs l2_hints and 128-byte partial rows: H % 32 == 0).
+  int discard_partials = 0;
   /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the
   /// bench's per-stage prefixes).
   int last_stage = 3;
