@@ -9,7 +9,9 @@
 #   scripts/gpu-bgmv-perf.sh OUTDIR [--variants] [--no-ncu] [--no-bench] [--sanitize=FILTER]
 #                            [--ncu-shapes="H,R,T,k,L H,R,T,k,L"]
 #                            [--ncu-source="KERNEL_REGEX@H,R,T,k,L[,E] ..."]
+#                            [--sweep="NAME=VALUE[,NAME=VALUE] ..."] [--no-tests]
 #
+# --sweep: the table again under each switch set, all into sweep.log ("==== SET" before each).
 # --ncu-source: per entry, the first launch matching KERNEL_REGEX in that table row (bench_bgmv
 # --rows: the row's Cake plan, then its portable plan, e.g. 'portable_expand@3072,16,1,8,8')
 # under ncu's full set with source counters, the details page and the per-instruction SASS view
@@ -32,6 +34,8 @@ bench_on=1
 sanitize_filter=""
 ncu_shapes="3072,32,1024,2,8 3072,32,1024,2,4"
 ncu_source=""
+sweep=""
+tests_on=1
 for arg in "$@"; do
   case "$arg" in
     --variants) variants=1 ;;
@@ -40,6 +44,8 @@ for arg in "$@"; do
     --sanitize=*) sanitize_filter="${arg#--sanitize=}" ;;
     --ncu-shapes=*) ncu_shapes="${arg#--ncu-shapes=}" ;;
     --ncu-source=*) ncu_source="${arg#--ncu-source=}" ;;
+    --sweep=*) sweep="${arg#--sweep=}" ;;
+    --no-tests) tests_on=0 ;;
     -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     -*) cakemoe_log "unknown argument: $arg"; exit 2 ;;
     *) out="$arg" ;;
@@ -84,8 +90,10 @@ if ! step configure "$out/build.log" 120 \
   exit 1
 fi
 bench="$build/bench/bench_bgmv"
-step tests "$out/tests.log" 200 "$build/tests/test_gpu" --gtest_filter='Bgmv*' --gtest_brief=1
-grep -E "PASSED|FAILED" "$out/tests.log" | tail -n 5 >>"$summary"
+if ((tests_on)); then
+  step tests "$out/tests.log" 200 "$build/tests/test_gpu" --gtest_filter='Bgmv*' --gtest_brief=1
+  grep -E "PASSED|FAILED" "$out/tests.log" | tail -n 5 >>"$summary"
+fi
 if [[ -n "$sanitize_filter" ]]; then
   sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
   for tool in memcheck racecheck synccheck; do
@@ -100,6 +108,11 @@ if ((bench_on)); then
   step bench "$out/bench.log" 90 "$bench" --reps=30
   step stages "$out/stages.log" 60 "$bench" --stages --reps=30
 fi
+for assignment in $sweep; do  # NAME=VALUE[,NAME=VALUE]: the table under that switch set
+  echo "==== $assignment" >>"$out/sweep.log"
+  # shellcheck disable=SC2086
+  step "sweep $assignment" "$out/sweep.log" 60 env ${assignment//,/ } "$bench" --reps=30
+done
 if ((variants)); then
   step variants "$out/variants.log" 200 "$bench" --variants --reps=30 --budget=170
 fi
