@@ -202,8 +202,10 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   dev::pdl_wait();  // the index is complete
   dev::pdl_trigger();
   const GroupedWs w = grouped_ws(p);
-  if (static_cast<int>(blockIdx.x) >= w.header[0]) return;
+  // NOTE: the tile count and the tile in one trip (the grid has max_tiles CTAs, so the read is in
+  // bounds; past the count it is stale and unused).
   const int4 info = w.tile_info[blockIdx.x];
+  if (static_cast<int>(blockIdx.x) >= w.header[0]) return;
   const int first = info.x, routes = info.y, bin = info.z;
   const int tid = threadIdx.x;
   const int rank_block = blockIdx.y;
@@ -215,8 +217,8 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   const uint16_t* x_first[kGroupShrinkPart];
 #pragma unroll
   for (int i = 0; i < kGroupShrinkPart; ++i) {
-    const int pair = w.sorted_routes[first + min(i, first_part - 1)];
-    x_first[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
+    const int token = w.sorted_tokens[first + min(i, first_part - 1)];
+    x_first[i] = static_cast<const uint16_t*>(p.x) + static_cast<int64_t>(token) * h;
   }
   // Staged vector (row, t) of this thread: stage_vec[(t * rows + row) * 128 + tid], rows = A's 8
   // then (kStage 2) the first part's x rows.
@@ -246,9 +248,9 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
     const uint16_t* xs[kGroupShrinkPart];
 #pragma unroll
     for (int i = 0; i < kGroupShrinkPart; ++i) {
-      const int pair = w.sorted_routes[first + part + min(i, n - 1)];
-      xs[i] =
-          part == 0 ? x_first[i] : static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
+      const int token = w.sorted_tokens[first + part + min(i, n - 1)];
+      xs[i] = part == 0 ? x_first[i]
+                        : static_cast<const uint16_t*>(p.x) + static_cast<int64_t>(token) * h;
     }
     float total = 0.0f;  // owned by thread i * 8 + r < 32
     for (int z = 0; z < p.splits; ++z) {
@@ -319,12 +321,18 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   dev::pdl_trigger();
   const GroupedWs w = grouped_ws(p);
   const int tile0 = static_cast<int>(blockIdx.x) * kTiles;
-  const int ntiles = w.header[0];
-  if (tile0 >= ntiles) return;
+  // NOTE: the tile count and the tiles in one trip (reads past the count, up to max_tiles, are
+  // in bounds and discarded).
   int4 info[kTiles];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    info[j] = tile0 + j < ntiles ? w.tile_info[tile0 + j] : make_int4(0, 0, 0, 0);
+    info[j] = tile0 + j < p.max_tiles ? w.tile_info[tile0 + j] : make_int4(0, 0, 0, 0);
+  }
+  const int ntiles = w.header[0];
+  if (tile0 >= ntiles) return;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    if (tile0 + j >= ntiles) info[j] = make_int4(0, 0, 0, 0);
   }
   const int tid = threadIdx.x;
   const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols;

@@ -58,9 +58,9 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
   const int tile = static_cast<int>(blockIdx.x) / kCluster;
   // NOTE: every CTA of a cluster has the same tile, so a cluster exits whole (no orphaned
   // cluster barrier).
+  const int4 info = w.tile_info[tile];  // with the count in one trip (in bounds: max_tiles)
   if (tile >= w.header[0]) return;
   const int q = static_cast<int>(blockIdx.x) % kCluster;  // == the CTA's rank in its cluster
-  const int4 info = w.tile_info[tile];
   const int first = info.x, routes = info.y, bin = info.z;
   const int tid = threadIdx.x;
   const int64_t h = p.hidden;
@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
     const uint16_t* xs[kGroupShrinkPart];
 #pragma unroll
     for (int i = 0; i < kGroupShrinkPart; ++i) {
-      const int pair = w.sorted_routes[first + part + min(i, n - 1)];  // spair: no barrier yet
-      xs[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
+      const int token = w.sorted_tokens[first + part + min(i, n - 1)];
+      xs[i] = static_cast<const uint16_t*>(p.x) + static_cast<int64_t>(token) * h;
     }
     const float total = shrink_staged_part<kBf16>(p, stage, n, xs, part == 0, red);
     if (tid < n * kRankTile) {

@@ -25,6 +25,7 @@ struct GroupedWs {
   int* cta_base;
   int4* tile_info;  ///< {first route in sorted_routes, routes (1..16), bin, 0}
   uint16_t* tile_rows;  ///< [P][R] the shrink rows again, in sorted-route order
+  int* sorted_tokens;   ///< [P] sorted_token_ids[sorted_routes[i]]
 };
 
 CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
@@ -43,6 +44,7 @@ CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
   after += (4 - reinterpret_cast<uintptr_t>(after) / sizeof(int) % 4) % 4;
   w.tile_info = reinterpret_cast<int4*>(after);
   w.tile_rows = reinterpret_cast<uint16_t*>(w.tile_info + p.max_tiles);
+  w.sorted_tokens = reinterpret_cast<int*>(w.tile_rows + static_cast<int64_t>(p.num_pairs) * 64);
   return w;
 }
 
@@ -140,6 +142,7 @@ __global__ void __launch_bounds__(kGroupHistThreads) group_scatter_kernel(Groupe
     if (key >= 0) {
       w.sorted_routes[pos] = i;
       const int t = static_cast<int>(p.sorted_token_ids[i]);
+      w.sorted_tokens[pos] = t;
       const int slot = atomicAdd(&w.token_count[t], 1);
       if (slot < kGroupTokenSlots) w.token_slots[t * kGroupTokenSlots + slot] = i;
     } else if (i < end) {
@@ -236,9 +239,17 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     }
   }
   if (tid == 0) w.header[0] = ntiles;
-  for (int i = tid; i < p.num_pairs; i += nt) {
+  // NOTE: pair i = tid + j * nt is this thread's j-th pair, so its token is still in tok[j].
+#pragma unroll
+  for (int j = 0; j < kIndexPairsPerThread; ++j) {
+    const int i = tid + j * nt;
+    if (i >= p.num_pairs) continue;
     const int k = key[i];
-    if (k >= 0) w.sorted_routes[(offs[k & ((1 << kBinBits) - 1)] >> 16) + (k >> kBinBits)] = i;
+    if (k >= 0) {
+      const int pos = (offs[k & ((1 << kBinBits) - 1)] >> 16) + (k >> kBinBits);
+      w.sorted_routes[pos] = i;
+      w.sorted_tokens[pos] = tok[j];
+    }
   }
 }
 
