@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
     const uint16_t* xs[kGroupShrinkPart];
 #pragma unroll
     for (int i = 0; i < kGroupShrinkPart; ++i) {
-      const int token = w.sorted_tokens[first + part + min(i, n - 1)];
-      xs[i] = static_cast<const uint16_t*>(p.x) + static_cast<int64_t>(token) * h;
+      const int pair = w.sorted_routes[first + part + min(i, n - 1)];  // spair: no barrier yet
+      xs[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
     }
     const float total = shrink_staged_part<kBf16>(p, stage, n, xs, part == 0, red);
     if (tid < n * kRankTile) {

@@ -25,7 +25,6 @@ struct GroupedWs {
   int* cta_base;
   int4* tile_info;  ///< {first route in sorted_routes, routes (1..16), bin, 0}
   uint16_t* tile_rows;  ///< [P][R] the shrink rows again, in sorted-route order
-  int* sorted_tokens;   ///< [P] sorted_token_ids[sorted_routes[i]]
 };
 
 CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
@@ -44,7 +43,6 @@ CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
   after += (4 - reinterpret_cast<uintptr_t>(after) / sizeof(int) % 4) % 4;
   w.tile_info = reinterpret_cast<int4*>(after);
   w.tile_rows = reinterpret_cast<uint16_t*>(w.tile_info + p.max_tiles);
-  w.sorted_tokens = reinterpret_cast<int*>(w.tile_rows + static_cast<int64_t>(p.num_pairs) * 64);
   return w;
 }
 
@@ -142,7 +140,6 @@ __global__ void __launch_bounds__(kGroupHistThreads) group_scatter_kernel(Groupe
     if (key >= 0) {
       w.sorted_routes[pos] = i;
       const int t = static_cast<int>(p.sorted_token_ids[i]);
-      w.sorted_tokens[pos] = t;
       const int slot = atomicAdd(&w.token_count[t], 1);
       if (slot < kGroupTokenSlots) w.token_slots[t * kGroupTokenSlots + slot] = i;
     } else if (i < end) {
@@ -152,7 +149,14 @@ __global__ void __launch_bounds__(kGroupHistThreads) group_scatter_kernel(Groupe
 }
 
 constexpr int kBinBits = 12;  // bins <= 4096
-constexpr int kIndexPairsPerThread = kGroupFusedIndexMaxPairs / kGroupIndexThreads;
+/// Pairs per thread of the one-CTA index: the smallest of 2, 4, 8, 16 that covers P (the loop
+/// over a thread's pairs is unrolled, so a smaller count is fewer instructions and registers).
+constexpr int kIndexMaxPairsPerThread = kGroupFusedIndexMaxPairs / kGroupIndexThreads;
+CAKEMOE_HD int index_pairs_per_thread(int pairs) {
+  int per = 2;
+  while (per < kIndexMaxPairsPerThread && per * kGroupIndexThreads < pairs) per *= 2;
+  return per;
+}
 static_assert((kGroupFusedIndexMaxPairs << kBinBits) > 0, "key packing overflows");
 static_assert(kGroupFusedIndexMaxPairs <= (1 << 14), "the packed bin scan holds P in 15 bits");
 
@@ -167,8 +171,9 @@ CAKEMOE_HD int index_smem_ints(int bins, int pairs, int tokens) {
 /// token's slot list comes from an atomic, so it varies between runs; nothing downstream depends
 /// on it (each route's arithmetic is independent of its tile, and the combine sorts a token's
 /// slots by pair id). Also zeroes the shrink rows of invalid pairs.
-template <int kUnused = 0>
+template <int kIndexPairsPerThread>
 __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(GroupedParams p) {
+  static_assert(kIndexPairsPerThread <= kIndexMaxPairsPerThread, "key[] holds at most 16384");
   extern __shared__ int smem[];
   __shared__ int warp_sums[32];
   const int bins = p.num_loras * p.num_experts;
@@ -239,17 +244,9 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     }
   }
   if (tid == 0) w.header[0] = ntiles;
-  // NOTE: pair i = tid + j * nt is this thread's j-th pair, so its token is still in tok[j].
-#pragma unroll
-  for (int j = 0; j < kIndexPairsPerThread; ++j) {
-    const int i = tid + j * nt;
-    if (i >= p.num_pairs) continue;
+  for (int i = tid; i < p.num_pairs; i += nt) {
     const int k = key[i];
-    if (k >= 0) {
-      const int pos = (offs[k & ((1 << kBinBits) - 1)] >> 16) + (k >> kBinBits);
-      w.sorted_routes[pos] = i;
-      w.sorted_tokens[pos] = tok[j];
-    }
+    if (k >= 0) w.sorted_routes[(offs[k & ((1 << kBinBits) - 1)] >> 16) + (k >> kBinBits)] = i;
   }
 }
 

@@ -14,9 +14,7 @@ namespace bgmv {
 /// token_slots[16 T], hist[hist_ctas * bins], cta_base[hist_ctas * bins], then 0-3 pad words,
 /// tile_info[4 max_tiles] ({first route, routes, bin, 0} per tile, 16-byte aligned) and tile_rows
 /// [32 P] (the shrink rows again as 16-bit values, R per sorted route, for the expand's one-trip
-/// read) and sorted_tokens[P] (each sorted route's token: the shrink finds its x rows one trip
-/// sooner than through sorted_routes). Zeroed once at prepare; every launch rewrites what it
-/// reads.
+/// read). Zeroed once at prepare; every launch rewrites what it reads.
 ///
 /// Two index forms with the same result: the one-CTA index kernel (fused_index, P <=
 /// kGroupFusedIndexMaxPairs) or group_hist -> group_scan -> group_scatter.

@@ -138,7 +138,19 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
     }
     const size_t smem =
         static_cast<size_t>(index_smem_ints(bins, p.num_pairs, p.num_tokens)) * sizeof(int);
-    launch_stage(group_index_kernel<0>, dim3(1), kGroupIndexThreads, smem, false, stream, p);
+    const auto kernel = [&](int per) {
+      switch (per) {
+        case 2:
+          return group_index_kernel<2>;
+        case 4:
+          return group_index_kernel<4>;
+        case 8:
+          return group_index_kernel<8>;
+        default:
+          return group_index_kernel<16>;
+      }
+    }(index_pairs_per_thread(p.num_pairs));
+    launch_stage(kernel, dim3(1), kGroupIndexThreads, smem, false, stream, p);
   } else {
     const size_t bins_bytes = static_cast<size_t>(bins) * sizeof(int);
     launch_stage(group_hist_kernel<0>, dim3(p.hist_ctas), kGroupHistThreads, bins_bytes, false,

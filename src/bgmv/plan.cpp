@@ -377,8 +377,7 @@ GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_
   w.max_tiles = group_max_tiles(num_pairs, w.bins);
   w.int_words = kGroupHeaderWords + (w.bins + 1) + w.max_tiles + num_pairs + num_tokens +
                 RouteIndexLayout::kSlotsPerToken * num_tokens + 2 * w.hist_ctas * w.bins +
-                kGroupAlignPadWords + 4 * w.max_tiles + num_pairs * kGroupTileRowWords +
-                num_pairs;
+                kGroupAlignPadWords + 4 * w.max_tiles + num_pairs * kGroupTileRowWords;
   w.partial_floats = num_pairs * hidden;
   return w;
 }

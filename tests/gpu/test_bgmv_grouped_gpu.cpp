@@ -75,7 +75,10 @@ TEST(BgmvGroupedGpu, SmallFormsBitwiseVsCpu) {
       {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
       {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},  // > 16 routes: scan
       {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
-      {4096, 8, 16, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};  // P 32: 4 hidden splits
+      {4096, 8, 16, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},  // P 32: 4 hidden splits
+      // the one-CTA index at 8 and 16 pairs per thread (P 4800, 8800)
+      {768, 8, 600, 8, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
+      {512, 16, 1100, 8, 2, 16, DType::kBF16, PairOrder::kTokenMajor}};
   uint64_t seed = 900;
   for (const GroupedRow& row : rows) check_forms(row, ++seed, indexes);
 }
