@@ -105,17 +105,12 @@ int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
   return std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
 }
 
+// An on-by-default A/B switch (the bits do not depend on it): 0 when `name` is "0", else 1.
 // CAKEMOE_BGMV_PREWAIT=0: the expand never stages the contiguous pair before its wait
-// (CakeParams::prewait; A/B runs, the bits do not depend on it).
-int prewait_from_env() {
-  const char* env = std::getenv("CAKEMOE_BGMV_PREWAIT");
-  return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
-}
-
-// CAKEMOE_BGMV_L2_HINTS=0: the grouped pipeline's plain loads and stores (GroupedParams::l2_hints;
-// A/B runs, the bits do not depend on it).
-int l2_hints_from_env() {
-  const char* env = std::getenv("CAKEMOE_BGMV_L2_HINTS");
+// (CakeParams::prewait). CAKEMOE_BGMV_L2_HINTS=0: the grouped pipeline's plain loads and stores
+// (GroupedParams::l2_hints).
+int switch_from_env(const char* name) {
+  const char* env = std::getenv(name);
   return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
 }
 
@@ -168,7 +163,7 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.last_stage = impl.grouped_last_stage;
-  g.l2_hints = l2_hints_from_env();
+  g.l2_hints = switch_from_env("CAKEMOE_BGMV_L2_HINTS");
   // NOTE: a discarded line must hold one route's partials only: rows of H floats start on a
   // 128-byte line when H % 32 == 0 (the buffer itself is 256-byte aligned).
   g.discard_partials = g.l2_hints != 0 && s.hidden % 32 == 0 ? 1 : 0;
@@ -241,7 +236,7 @@ CakeParams cake_params(const BgmvPlan::Impl& impl) {
   cp.splits = c.shrink_splits;
   cp.schedule_id = c.schedule_id.value_or(0);
   cp.pdl_mode = c.launch_pdl_mode;
-  cp.prewait = prewait_from_env();
+  cp.prewait = switch_from_env("CAKEMOE_BGMV_PREWAIT");
   return cp;
 }
 

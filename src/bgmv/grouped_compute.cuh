@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   // then (kStage 2) the first part's x rows.
   constexpr int kRows = kRankTile + (kStage == 2 ? kGroupShrinkPart : 0);
   if constexpr (kStage >= 1) {
-    const uint64_t a_policy = p.l2_hints ? dev::l2_evict_first() : dev::l2_evict_normal();
+    const uint64_t a_policy = read_once_policy(p);
     for (int t = 0; t < tiles; ++t) {
       const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
       if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   const int tid = threadIdx.x;
   const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols;
   const int cols = static_cast<int>(min(static_cast<int64_t>(kGroupExpandCols), p.hidden - col0));
-  const uint64_t b_policy = p.l2_hints ? dev::l2_evict_first() : dev::l2_evict_normal();
+  const uint64_t b_policy = read_once_policy(p);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     if (info[j].y == 0) continue;
@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   if (tid >= cols) return;
   const int64_t c = col0 + tid;
   // The combine reads the partials next: kept in L2 (evict-last) where they fit.
-  const uint64_t partial_policy = p.l2_hints ? dev::l2_evict_last() : dev::l2_evict_normal();
+  const uint64_t partial_policy = read_again_policy(p);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int n = info[j].y;
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
     dev::pdl_wait();
     // The partials are dead after this read: evict-first, and with discard_partials each line
     // is dropped from L2 once the warp has read it (no write-back to HBM).
-    const uint64_t read_policy = p.l2_hints ? dev::l2_evict_first() : dev::l2_evict_normal();
+    const uint64_t read_policy = read_once_policy(p);
     for (int c0 = 4 * tid; c0 < h; c0 += kSteps * kStep) {
       float acc[kSteps][4] = {};
 #pragma unroll 4

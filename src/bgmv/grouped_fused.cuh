@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
   {
     const uint4* src = reinterpret_cast<const uint4*>(
         static_cast<const uint16_t*>(p.lora_b) + (static_cast<int64_t>(bin) * h + col0) * kRank);
-    const uint64_t b_policy = p.l2_hints ? dev::l2_evict_first() : dev::l2_evict_normal();
+    const uint64_t b_policy = read_once_policy(p);
     for (int v = tid; v < cols * kGroups; v += kShrinkThreads) {
       dev::cp_async16_hint(stage + grouped_expand_slot<kGroups>(v / kGroups, v % kGroups),
                            src + v, b_policy);
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
   __syncthreads();  // srow and the B block complete
 
   // ---- expand, column block q (grouped_expand_kernel's per-route arithmetic) ----
-  const uint64_t partial_policy = p.l2_hints ? dev::l2_evict_last() : dev::l2_evict_normal();
+  const uint64_t partial_policy = read_again_policy(p);
   for (int lc = tid; lc < cols; lc += kShrinkThreads) {
     const int64_t c = col0 + lc;
     float b[kRank];

@@ -46,6 +46,16 @@ CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
   return w;
 }
 
+/// L2 policies of the grouped stages (GroupedParams::l2_hints; evict-normal with the hints off):
+/// bytes read once (A, B, the partials in the combine) and bytes the next stage reads again (the
+/// partials the expand writes).
+CAKEMOE_DEVICE uint64_t read_once_policy(const GroupedParams& p) {
+  return p.l2_hints ? dev::l2_evict_first() : dev::l2_evict_normal();
+}
+CAKEMOE_DEVICE uint64_t read_again_policy(const GroupedParams& p) {
+  return p.l2_hints ? dev::l2_evict_last() : dev::l2_evict_normal();
+}
+
 CAKEMOE_DEVICE void hist_chunk(const GroupedParams& p, int* begin, int* end) {
   const int chunk = (p.num_pairs + p.hist_ctas - 1) / p.hist_ctas;
   *begin = min(p.num_pairs, static_cast<int>(blockIdx.x) * chunk);

@@ -18,7 +18,7 @@ CAKEMOE_DEVICE void stage_a_block(const GroupedParams& p, const uint16_t* a_rows
   const int tid = threadIdx.x;
   const int64_t h = p.hidden;
   const int ktiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
-  const uint64_t a_policy = p.l2_hints ? dev::l2_evict_first() : dev::l2_evict_normal();
+  const uint64_t a_policy = read_once_policy(p);
   for (int t = 0; t < ktiles; ++t) {
     const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
     if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
