@@ -108,7 +108,8 @@ int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
 // An on-by-default A/B switch (the bits do not depend on it): 0 when `name` is "0", else 1.
 // CAKEMOE_BGMV_PREWAIT=0: the expand never stages the contiguous pair before its wait
 // (CakeParams::prewait). CAKEMOE_BGMV_L2_HINTS=0: the grouped pipeline's plain loads and stores
-// (GroupedParams::l2_hints).
+// (GroupedParams::l2_hints). CAKEMOE_BGMV_PACKED_ROUTES=0: sorted_routes holds pair ids alone
+// (GroupedParams::packed_routes).
 int switch_from_env(const char* name) {
   const char* env = std::getenv(name);
   return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
@@ -164,6 +165,12 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.last_stage = impl.grouped_last_stage;
   g.l2_hints = switch_from_env("CAKEMOE_BGMV_L2_HINTS");
+  // NOTE: 16 bits of pair id and 15 of token in one int32 (spec §5's P ranges up to 2^20 on the
+  // hist / scan / scatter path; those plans keep pair ids alone).
+  g.packed_routes = switch_from_env("CAKEMOE_BGMV_PACKED_ROUTES") != 0 && s.num_pairs <= 65536 &&
+                            s.num_tokens <= 32768
+                        ? 1
+                        : 0;
   // NOTE: a discarded line must hold one route's partials only: rows of H floats start on a
   // 128-byte line when H % 32 == 0 (the buffer itself is 256-byte aligned).
   g.discard_partials = g.l2_hints != 0 && s.hidden % 32 == 0 ? 1 : 0;

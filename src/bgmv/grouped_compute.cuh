@@ -179,7 +179,7 @@ CAKEMOE_DEVICE void store_part_rows(const GroupedParams& p, const GroupedWs& w, 
   const int i = tid / kRankTile, r = tid % kRankTile;
   const uint16_t bits = narrow<kBf16>(total);
   const int column = rank_block * kRankTile + r;
-  const int64_t pair = w.sorted_routes[pos + i];
+  const int64_t pair = route_pair(p, w.sorted_routes[pos + i]);
   static_cast<uint16_t*>(p.shrink_out)[pair * p.rank + column] = bits;
   w.tile_rows[static_cast<int64_t>(pos + i) * p.rank + column] = bits;
 }
@@ -217,8 +217,8 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   const uint16_t* x_first[kGroupShrinkPart];
 #pragma unroll
   for (int i = 0; i < kGroupShrinkPart; ++i) {
-    const int pair = w.sorted_routes[first + min(i, first_part - 1)];
-    x_first[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
+    const int entry = w.sorted_routes[first + min(i, first_part - 1)];
+    x_first[i] = static_cast<const uint16_t*>(p.x) + route_token(p, entry) * h;
   }
   // Staged vector (row, t) of this thread: stage_vec[(t * rows + row) * 128 + tid], rows = A's 8
   // then (kStage 2) the first part's x rows.
@@ -248,9 +248,9 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
     const uint16_t* xs[kGroupShrinkPart];
 #pragma unroll
     for (int i = 0; i < kGroupShrinkPart; ++i) {
-      const int pair = w.sorted_routes[first + part + min(i, n - 1)];
-      xs[i] =
-          part == 0 ? x_first[i] : static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
+      const int entry = w.sorted_routes[first + part + min(i, n - 1)];
+      xs[i] = part == 0 ? x_first[i]
+                        : static_cast<const uint16_t*>(p.x) + route_token(p, entry) * h;
     }
     float total = 0.0f;  // owned by thread i * 8 + r < 32
     for (int z = 0; z < p.splits; ++z) {
@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int n = info[j].y;
-    if (tid < n) spair[j][tid] = w.sorted_routes[info[j].x + tid];
+    if (tid < n) spair[j][tid] = route_pair(p, w.sorted_routes[info[j].x + tid]);
     const uint16_t* rows = w.tile_rows + static_cast<int64_t>(info[j].x) * kRank;
     for (int idx = tid; idx < n * kRank; idx += blockDim.x) {
       srow[j][idx / kRank][idx % kRank] = widen<kBf16>(rows[idx]);

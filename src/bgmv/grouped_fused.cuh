@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
                 static_cast<const uint16_t*>(p.lora_a) +
                     (static_cast<int64_t>(bin) * kRank + q * kRankTile) * h,
                 stage);
-  if (tid < routes) spair[tid] = w.sorted_routes[first + tid];
+  if (tid < routes) spair[tid] = route_pair(p, w.sorted_routes[first + tid]);
 
   // ---- shrink, rank block q (grouped_shrink_kernel's order) ----
   for (int part = 0; part < routes; part += kGroupShrinkPart) {
@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
     const uint16_t* xs[kGroupShrinkPart];
 #pragma unroll
     for (int i = 0; i < kGroupShrinkPart; ++i) {
-      const int pair = w.sorted_routes[first + part + min(i, n - 1)];  // spair: no barrier yet
-      xs[i] = static_cast<const uint16_t*>(p.x) + p.sorted_token_ids[pair] * h;
+      const int entry = w.sorted_routes[first + part + min(i, n - 1)];  // spair: no barrier yet
+      xs[i] = static_cast<const uint16_t*>(p.x) + route_token(p, entry) * h;
     }
     const float total = shrink_staged_part<kBf16>(p, stage, n, xs, part == 0, red);
     if (tid < n * kRankTile) {

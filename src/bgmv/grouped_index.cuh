@@ -56,6 +56,17 @@ CAKEMOE_DEVICE uint64_t read_again_policy(const GroupedParams& p) {
   return p.l2_hints ? dev::l2_evict_last() : dev::l2_evict_normal();
 }
 
+/// A sorted_routes entry (GroupedParams::packed_routes) and its two fields.
+CAKEMOE_DEVICE int route_entry(const GroupedParams& p, int pair, int token) {
+  return p.packed_routes ? token << 16 | pair : pair;
+}
+CAKEMOE_DEVICE int route_pair(const GroupedParams& p, int entry) {
+  return p.packed_routes ? entry & 0xFFFF : entry;
+}
+CAKEMOE_DEVICE int64_t route_token(const GroupedParams& p, int entry) {
+  return p.packed_routes ? static_cast<int64_t>(entry >> 16) : p.sorted_token_ids[entry];
+}
+
 CAKEMOE_DEVICE void hist_chunk(const GroupedParams& p, int* begin, int* end) {
   const int chunk = (p.num_pairs + p.hist_ctas - 1) / p.hist_ctas;
   *begin = min(p.num_pairs, static_cast<int>(blockIdx.x) * chunk);
@@ -148,8 +159,8 @@ __global__ void __launch_bounds__(kGroupHistThreads) group_scatter_kernel(Groupe
                             : -1;
     const int pos = stable_place(key, cursor);
     if (key >= 0) {
-      w.sorted_routes[pos] = i;
       const int t = static_cast<int>(p.sorted_token_ids[i]);
+      w.sorted_routes[pos] = route_entry(p, i, t);
       const int slot = atomicAdd(&w.token_count[t], 1);
       if (slot < kGroupTokenSlots) w.token_slots[t * kGroupTokenSlots + slot] = i;
     } else if (i < end) {
@@ -254,9 +265,16 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     }
   }
   if (tid == 0) w.header[0] = ntiles;
-  for (int i = tid; i < p.num_pairs; i += nt) {
+  // NOTE: pair i = tid + j * nt is this thread's j-th pair: its token is still in tok[j].
+#pragma unroll
+  for (int j = 0; j < kIndexPairsPerThread; ++j) {
+    const int i = tid + j * nt;
+    if (i >= p.num_pairs) continue;
     const int k = key[i];
-    if (k >= 0) w.sorted_routes[(offs[k & ((1 << kBinBits) - 1)] >> 16) + (k >> kBinBits)] = i;
+    if (k >= 0) {
+      w.sorted_routes[(offs[k & ((1 << kBinBits) - 1)] >> 16) + (k >> kBinBits)] =
+          route_entry(p, i, tok[j]);
+    }
   }
 }
 

@@ -50,6 +50,10 @@ struct GroupedParams {
   /// 1: L2 eviction hints (A and B read evict-first, the partials written evict-last so the
   /// combine finds them in L2); 0: plain accesses (CAKEMOE_BGMV_L2_HINTS=0, A/B runs).
   int l2_hints = 1;
+  /// 1: sorted_routes[i] = token << 16 | pair (P <= 65536, T <= 32768), so the shrink finds a
+  /// route's x row without a trip to sorted_token_ids; 0: the pair alone
+  /// (CAKEMOE_BGMV_PACKED_ROUTES=0, A/B runs).
+  int packed_routes = 0;
   /// 1: the combine drops each partials line from L2 after reading it, so the partials are never
   /// written back to HBM (needs l2_hints and 128-byte partial rows: H % 32 == 0).
   int discard_partials = 0;

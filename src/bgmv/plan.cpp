@@ -24,6 +24,7 @@ constexpr int64_t kDeepRingBlackwellMinHidden = 4096;
 constexpr int kFormPrefill = 0;
 constexpr int kFormPrefillDeep = 2;
 constexpr int kFormRegisters = 3;  // x and A of 4 k tiles per trip in registers, no ring
+constexpr int kFormRegistersOne = 4;  // one k tile per trip: few registers, many CTAs per SM
 // SM90 decode region of the register form (H200 table with forced launches,
 // bench/results/2026-11-30_*_bgmv-decode.md): form 3 with one split beats the rings with splits,
 // the fused decode and the specialized body from T 1 up to these sizes. P 48 (T 8, k 6, rank 16:
@@ -458,8 +459,9 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   if (p.shrink_override.has_value()) {
     shrink = *p.shrink_override;
     core::require(shrink.form == kFormPrefill || shrink.form == kFormPrefillDeep ||
-                      shrink.form == kFormRegisters,
-                  "shrink_launch", "form must be 0, 2 or 3, got " + std::to_string(shrink.form));
+                      shrink.form == kFormRegisters || shrink.form == kFormRegistersOne,
+                  "shrink_launch",
+                  "form must be 0, 2, 3 or 4, got " + std::to_string(shrink.form));
     core::require(shrink.splits >= 1 && shrink.splits <= kSplitMax &&
                       (shrink.splits == 1 || p.num_pairs <= kSplitMaxPairs),
                   "shrink_launch",

@@ -1,6 +1,7 @@
 // Cake generic shrink (spec §4.1, §4.2): one CTA = one pair x 8 rank rows x one hidden split,
 // 128 threads, K streamed in 1024-wide tiles through a cp.async ring (kStages 2 or 3) or, with
-// kStages 0 (form 3), up to 4 tiles at once through registers. Canonical FP32 order of
+// kStages 0 (form 3), up to 4 tiles at once through registers, or with kStages -1 (form 4), one
+// tile at a time through registers (few registers, no shared memory: many CTAs per SM). Canonical FP32 order of
 // §3.2 (docs/decisions/bgmv.md); route publishing of §3.3 by the split-0, rank-block-0 CTA.
 #pragma once
 
@@ -21,8 +22,11 @@ constexpr int kRankTile = 8;
 constexpr int kShrinkTile = kShrinkThreads * 8;  // K elements per tile
 constexpr int kShrinkSlots = 1 + kRankTile;      // x chunk + 8 A-row chunks per thread and stage
 
-/// Dynamic shared memory of the ring: per stage, per thread, 9 chunks of 16 bytes.
-constexpr int shrink_smem_bytes(int stages) { return stages * kShrinkSlots * kShrinkThreads * 16; }
+/// Dynamic shared memory of the ring: per stage, per thread, 9 chunks of 16 bytes (none for the
+/// register forms, stages 0 and -1).
+constexpr int shrink_smem_bytes(int stages) {
+  return stages > 0 ? stages * kShrinkSlots * kShrinkThreads * 16 : 0;
+}
 
 /// Issues the cp.async copies of tile `tile` into ring stage `stage` (only this thread's chunks).
 CAKEMOE_DEVICE void shrink_issue_tile(uint4* ring, int stage, int64_t tile, int64_t hidden,
@@ -89,21 +93,26 @@ CAKEMOE_DEVICE void shrink_fma_chunk(const uint4& x, const uint4 (&a)[kRankTile]
   }
 }
 
-/// k tiles of the register form whose loads one thread has in flight at once.
+/// k tiles of the register form whose loads one thread has in flight at once: form 3 (4) and
+/// form 4 (1).
 constexpr int kShrinkRegTiles = 4;
+template <int kStages>
+constexpr int shrink_register_tiles() {
+  return kStages == 0 ? kShrinkRegTiles : 1;
+}
 
 /// Form 3: the same per-thread fma chains with no ring. x and A of kShrinkRegTiles k tiles go to
 /// registers before the first FMA (H <= 4096 in one trip). Chunks past H are skipped: bitwise the
 /// ring's zero-filled FMAs (fma(0, 0, acc) == acc for acc != -0, and acc starts at +0).
-template <bool kFp16>
+template <bool kFp16, int kTiles>
 CAKEMOE_DEVICE void shrink_tile_registers(int64_t t0, int64_t t1, int64_t hidden,
                                           const uint16_t* x_row, const uint16_t* a_rows,
                                           float* acc) {
   const int64_t lane_k = 8 * static_cast<int64_t>(threadIdx.x);
-  for (int64_t base = t0; base < t1; base += kShrinkRegTiles) {
-    uint4 xv[kShrinkRegTiles], av[kShrinkRegTiles][kRankTile];
+  for (int64_t base = t0; base < t1; base += kTiles) {
+    uint4 xv[kTiles], av[kTiles][kRankTile];
 #pragma unroll
-    for (int d = 0; d < kShrinkRegTiles; ++d) {
+    for (int d = 0; d < kTiles; ++d) {
       const int64_t k = (base + d) * kShrinkTile + lane_k;
       if (base + d >= t1 || k >= hidden) continue;
       xv[d] = *reinterpret_cast<const uint4*>(x_row + k);
@@ -113,7 +122,7 @@ CAKEMOE_DEVICE void shrink_tile_registers(int64_t t0, int64_t t1, int64_t hidden
       }
     }
 #pragma unroll
-    for (int d = 0; d < kShrinkRegTiles; ++d) {
+    for (int d = 0; d < kTiles; ++d) {
       if (base + d >= t1 || (base + d) * kShrinkTile + lane_k >= hidden) continue;
       shrink_fma_chunk<kFp16>(xv[d], av[d], acc);
     }
@@ -235,10 +244,11 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   float acc[kRankTile];
 #pragma unroll
   for (int i = 0; i < kRankTile; ++i) acc[i] = 0.0f;
-  if constexpr (kStages == 0) {
-    shrink_tile_registers<kFp16>(t0, t1, p.H, x_row, a_rows, acc);
+  if constexpr (kStages <= 0) {
+    shrink_tile_registers<kFp16, shrink_register_tiles<kStages>()>(t0, t1, p.H, x_row, a_rows,
+                                                                   acc);
   } else {
-    shrink_tile_loop<kFp16, kStages>(ring, t0, t1, p.H, x_row, a_rows, acc);
+    shrink_tile_loop<kFp16, kStages>(ring, t0, t1, p.H, x_row, a_rows, acc);  // 2 or 3 stages
   }
   if (p.pdl_mode == 2) pdl_trigger();
 

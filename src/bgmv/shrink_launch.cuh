@@ -45,12 +45,12 @@ void launch_shrink_instance(const CakeParams& p, cudaStream_t stream) {
 }
 
 /// The unit launcher: form 0 = 2-stage ring, form 2 = 3-stage ring, form 3 = registers (4 k
-/// tiles per trip); dtype 0 bf16, 1 fp16.
+/// tiles per trip), form 4 = registers (1 k tile per trip); dtype 0 bf16, 1 fp16.
 template <int kRank>
 void launch_cake_shrink_rank(const CakeParams& p, void* stream) {
   if (p.R != kRank) throw InvalidArgument("rank", "the shrink unit was built for another rank");
-  if (p.form != 0 && p.form != 2 && p.form != 3) {
-    throw Unsupported("shrink_launch", "only shrink forms 0, 2 and 3 are built");
+  if (p.form != 0 && p.form != 2 && p.form != 3 && p.form != 4) {
+    throw Unsupported("shrink_launch", "only shrink forms 0, 2, 3 and 4 are built");
   }
   if (p.splits < 1 || p.splits > kMaxSplits || (p.splits > 1 && p.P > kMaxSplitPairs)) {
     throw InvalidArgument("shrink_launch", "splits must be 1..8, and 1 when P > 128");
@@ -59,7 +59,9 @@ void launch_cake_shrink_rank(const CakeParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const auto launch = [&](auto fp16) {
     constexpr bool kFp16 = decltype(fp16)::value;
-    if (p.form == 3) {
+    if (p.form == 4) {
+      launch_shrink_instance<kFp16, kRank, -1>(p, s);
+    } else if (p.form == 3) {
       launch_shrink_instance<kFp16, kRank, 0>(p, s);
     } else if (p.form == 2) {
       launch_shrink_instance<kFp16, kRank, 3>(p, s);

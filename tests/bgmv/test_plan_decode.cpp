@@ -66,7 +66,9 @@ TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
   EXPECT_EQ(forced.shrink_launch->form, 3);
   EXPECT_EQ(forced.shrink_launch->splits, 1);
   EXPECT_EQ(forced.shrink_splits, 1);
-  for (const ShrinkLaunch bad : {ShrinkLaunch{1, 1}, ShrinkLaunch{4, 1}, ShrinkLaunch{3, 0},
+  d.shrink_override = ShrinkLaunch{4, 1};  // form 4 (one k tile per register trip): opt-in only
+  EXPECT_EQ(choose_cake_plan(d).shrink_launch->form, 4);
+  for (const ShrinkLaunch bad : {ShrinkLaunch{1, 1}, ShrinkLaunch{5, 1}, ShrinkLaunch{3, 0},
                                  ShrinkLaunch{3, 9}}) {
     d.shrink_override = bad;
     EXPECT_THROW(choose_cake_plan(d), InvalidArgument) << bad.form << "," << bad.splits;

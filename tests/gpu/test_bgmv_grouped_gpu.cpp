@@ -96,6 +96,20 @@ TEST(BgmvGroupedGpu, FormsBitwiseVsCpu) {
   for (const GroupedRow& row : rows) check_forms(row, ++seed, indexes);
 }
 
+// sorted_routes with pair ids alone (CAKEMOE_BGMV_PACKED_ROUTES=0, the form of plans past 65536
+// pairs): the same bits as the packed entries every other grouped test runs with.
+TEST(BgmvGroupedGpu, UnpackedRoutesBitwiseVsCpu) {
+  CAKEMOE_REQUIRE_GPU();
+  const testbed::ScopedEnv packed_env("CAKEMOE_BGMV_PACKED_ROUTES", "0");
+  const GroupedRow rows[] = {
+      {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
+      {2688, 16, 300, 8, 4, 64, DType::kFP16, PairOrder::kExpertSorted}};
+  uint64_t seed = 5700;
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, {0, 1});
+  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "4");
+  check_forms(rows[1], ++seed, {1});
+}
+
 // The fused shrink + expand (stage 4, forced here by CAKEMOE_BGMV_GROUPED_STAGE=4; the default at
 // ranks 16 and 64 up to H 3072): the same rows and y bits,
 // across cluster sizes (ranks 8-64), part counts (k 20: > 4 routes per tile; 64 routes per bin:

@@ -218,7 +218,7 @@ TEST(BgmvKernelsGpu, EveryFormSplitScheduleAndPdlModeIsBitwiseExact) {
 }
 
 // Form 3 takes 4 k tiles per register trip: 5 tiles (the last partial) are two trips, and a
-// split of 3 tiles one short trip.
+// split of 3 tiles one short trip. Form 4 takes one tile per trip (5 trips, the last partial).
 TEST(BgmvKernelsGpu, RegisterShrinkFormAcrossTripsIsBitwiseExact) {
   CAKEMOE_REQUIRE_GPU();
   for (int64_t rank : {8, 64}) {
@@ -230,13 +230,16 @@ TEST(BgmvKernelsGpu, RegisterShrinkFormAcrossTripsIsBitwiseExact) {
     spec.order = PairOrder::kSlotMajor;
     spec.seed = 17 + static_cast<uint64_t>(rank);
     const bgmv_test::Case c = bgmv_test::make_case(spec);
-    for (int splits : {1, 2}) {
-      LaunchConfig cfg;
-      cfg.form = 3;
-      cfg.splits = splits;
-      cfg.pdl = 1;
-      const std::string label = "register shrink rank " + std::to_string(rank);
-      check_cake(c, cfg, 2, label.c_str());
+    for (int form : {3, 4}) {
+      for (int splits : {1, 2}) {
+        LaunchConfig cfg;
+        cfg.form = form;
+        cfg.splits = splits;
+        cfg.pdl = 1;
+        const std::string label =
+            "register shrink form " + std::to_string(form) + " rank " + std::to_string(rank);
+        check_cake(c, cfg, 2, label.c_str());
+      }
     }
   }
 }
