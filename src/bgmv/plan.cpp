@@ -33,6 +33,10 @@ constexpr int kFormRegistersOne = 4;  // one k tile per trip: few registers, man
 constexpr int64_t kRegisterShrinkMaxPairs = 48;
 constexpr int64_t kRegisterShrinkMaxCtas = 96;
 constexpr int64_t kRegisterShrinkRank32MinHidden = 4096;
+// SM90: from this many shrink CTAs (P * R / 8) form 4 beat every other form at every measured
+// rank and H (H200 session 9, call 1: 0.87-1.01 of the plan's form at 384-4096 CTAs, rank 16
+// T 256 / 512 k 2 0.87-0.88; 1.01-1.23 below 384, where fewer, fatter CTAs keep more in flight).
+constexpr int64_t kRegisterOneMinCtas = 384;
 
 // spec §4.4 PDL: expand CTAs per SM that still count as a "small" grid, at 128 columns per CTA.
 constexpr int64_t kPdlExpandCols = 128;
@@ -186,6 +190,11 @@ ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidd
 ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch) {
   ShrinkLaunch launch = select_generic_shrink(num_pairs, rank, hidden, arch);
   if (register_shrink_region(num_pairs, rank, arch)) return {kFormRegisters, 1};
+  // Splits stay the selector's (1 from 128 CTAs on), so the form never changes a bit.
+  if (arch == Arch::kSm90a && num_pairs * (rank / kRankTile) >= kRegisterOneMinCtas) {
+    launch.form = kFormRegistersOne;
+    return launch;
+  }
   // NOTE: above the region the register form (same splits) measured 2-10 % faster on SM90 at
   // rank 64 and at rank 32 with H >= 4096, and 1-8 % slower at ranks 16 / 32 below that.
   if (arch == Arch::kSm90a &&

@@ -36,8 +36,8 @@ struct Capability {
 bool register_shrink_region(int64_t num_pairs, int64_t rank, Arch arch);
 /// The generic plan's shrink (and the splits every variant uses, so their bits agree): spec
 /// §4.1's rule (select_generic_shrink), except on SM90 (cakemoe deviations, measured): form 3
-/// with one split in the register-shrink region, and form 3 with spec's splits at rank 64 and at
-/// rank 32 with H >= 4096.
+/// with one split in the register-shrink region, form 4 from 384 shrink CTAs (P * R / 8), and
+/// below that form 3 with spec's splits at rank 64 and at rank 32 with H >= 4096.
 ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);
 /// spec §4.1: generic shrink (form, splits) for P pairs, rank R, hidden H.
 ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);

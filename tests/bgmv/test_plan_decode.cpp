@@ -30,8 +30,9 @@ TEST(BgmvPlanDecode, Sm90DecodeDefaults) {
         } else {
           const ShrinkLaunch spec = select_generic_shrink(d.num_pairs, r, 3072, Arch::kSm90a);
           EXPECT_EQ(c.shrink_launch->splits, spec.splits) << at;
-          // Rank 64 takes the register form above the region too (H 3072: rank 32 does not).
-          EXPECT_EQ(c.shrink_launch->form, r == 64 ? 3 : spec.form) << at;
+          // Form 4 from 384 CTAs; below, rank 64 takes form 3 (H 3072: rank 32 does not).
+          const int expected = d.num_pairs * (r / 8) >= 384 ? 4 : r == 64 ? 3 : spec.form;
+          EXPECT_EQ(c.shrink_launch->form, expected) << at;
         }
         EXPECT_EQ(c.schedule_id, r == 64 && k > 2 ? 0 : 1) << at;
         EXPECT_EQ(plan_generic_schedule(t, d.num_pairs, r, Arch::kSm90a), c.schedule_id) << at;
@@ -47,10 +48,25 @@ TEST(BgmvPlanDecode, Sm90DecodeDefaults) {
   EXPECT_FALSE(register_shrink_region(49, 8, Arch::kSm90a));
   EXPECT_FALSE(register_shrink_region(48, 16, Arch::kSm100a));
   // Rank 32 takes the register form above the region from H 4096; never off SM90.
-  EXPECT_EQ(plan_generic_shrink(512, 32, 4096, Arch::kSm90a).form, 3);
-  EXPECT_EQ(plan_generic_shrink(512, 32, 3072, Arch::kSm90a).form, 0);
+  EXPECT_EQ(plan_generic_shrink(64, 32, 4096, Arch::kSm90a).form, 3);
+  EXPECT_EQ(plan_generic_shrink(64, 32, 3072, Arch::kSm90a).form,
+            select_generic_shrink(64, 32, 3072, Arch::kSm90a).form);
   EXPECT_EQ(plan_generic_shrink(512, 64, 2048, Arch::kSm100a).form,
             select_generic_shrink(512, 64, 2048, Arch::kSm100a).form);
+  // Form 4 (one k tile per trip) from 384 shrink CTAs at every rank and H, with the selector's
+  // splits (one there), so the plan's bits do not move; SM90 only.
+  EXPECT_EQ(plan_generic_shrink(95, 32, 3072, Arch::kSm90a).form, 2);  // 380 CTAs: spec's ring
+  for (const int64_t r : {8, 16, 32, 64}) {
+    const int64_t p = 384 / (r / 8);
+    for (const int64_t h : {256, 2688, 3072, 4096}) {
+      const ShrinkLaunch launch = plan_generic_shrink(p, r, h, Arch::kSm90a);
+      EXPECT_EQ(launch.form, 4) << r << " " << h;
+      EXPECT_EQ(launch.splits, select_generic_shrink(p, r, h, Arch::kSm90a).splits);
+      EXPECT_EQ(launch.splits, 1);
+      EXPECT_EQ(plan_generic_shrink(4 * p, r, h, Arch::kSm90a).form, 4);
+      EXPECT_NE(plan_generic_shrink(p, r, h, Arch::kSm100a).form, 4);
+    }
+  }
 }
 
 TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
@@ -66,7 +82,7 @@ TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
   EXPECT_EQ(forced.shrink_launch->form, 3);
   EXPECT_EQ(forced.shrink_launch->splits, 1);
   EXPECT_EQ(forced.shrink_splits, 1);
-  d.shrink_override = ShrinkLaunch{4, 1};  // form 4 (one k tile per register trip): opt-in only
+  d.shrink_override = ShrinkLaunch{4, 1};  // form 4 (one k tile per register trip)
   EXPECT_EQ(choose_cake_plan(d).shrink_launch->form, 4);
   for (const ShrinkLaunch bad : {ShrinkLaunch{1, 1}, ShrinkLaunch{5, 1}, ShrinkLaunch{3, 0},
                                  ShrinkLaunch{3, 9}}) {
