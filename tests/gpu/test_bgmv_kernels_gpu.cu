@@ -202,7 +202,7 @@ TEST(BgmvKernelsGpu, EveryFormSplitScheduleAndPdlModeIsBitwiseExact) {
     spec.order = PairOrder::kSlotMajor;
     spec.seed = 5;
     const bgmv_test::Case c = bgmv_test::make_case(spec);
-    for (int form : {0, 2, 3}) {
+    for (int form : {0, 2, 3, 4}) {
       for (int splits : {1, 2, 3, 4}) {  // 4: the last split is empty
         for (int pdl : {0, 1, 2}) {
           LaunchConfig cfg;
