@@ -165,6 +165,10 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.last_stage = impl.grouped_last_stage;
   g.l2_hints = switch_from_env("CAKEMOE_BGMV_L2_HINTS");
+  {
+    const char* env = std::getenv("CAKEMOE_BGMV_TILE_MAJOR");
+    g.shrink_tile_major = env != nullptr && env[0] == '1' ? 1 : 0;
+  }
   // NOTE: 16 bits of pair id and 15 of token in one int32 (spec §5's P ranges up to 2^20 on the
   // hist / scan / scatter path; those plans keep pair ids alone).
   g.packed_routes = switch_from_env("CAKEMOE_BGMV_PACKED_ROUTES") != 0 && s.num_pairs <= 65536 &&

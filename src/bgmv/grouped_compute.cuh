@@ -204,11 +204,16 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   const GroupedWs w = grouped_ws(p);
   // NOTE: the tile count and the tile in one trip (the grid has max_tiles CTAs, so the read is in
   // bounds; past the count it is stale and unused).
-  const int4 info = w.tile_info[blockIdx.x];
-  if (static_cast<int>(blockIdx.x) >= w.header[0]) return;
+  // Tile-major grids (GroupedParams::shrink_tile_major) run a tile's rank blocks side by side.
+  const int rank_blocks = p.rank / kRankTile;
+  const int tile = p.shrink_tile_major ? static_cast<int>(blockIdx.x) / rank_blocks
+                                       : static_cast<int>(blockIdx.x);
+  const int rank_block = p.shrink_tile_major ? static_cast<int>(blockIdx.x) % rank_blocks
+                                             : static_cast<int>(blockIdx.y);
+  const int4 info = w.tile_info[tile];
+  if (tile >= w.header[0]) return;
   const int first = info.x, routes = info.y, bin = info.z;
   const int tid = threadIdx.x;
-  const int rank_block = blockIdx.y;
   const int64_t h = p.hidden;
   const int tiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
   const uint16_t* a_global = static_cast<const uint16_t*>(p.lora_a) +

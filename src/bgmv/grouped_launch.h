@@ -50,6 +50,9 @@ struct GroupedParams {
   /// 1: L2 eviction hints (A and B read evict-first, the partials written evict-last so the
   /// combine finds them in L2); 0: plain accesses (CAKEMOE_BGMV_L2_HINTS=0, A/B runs).
   int l2_hints = 1;
+  /// 1: the grouped shrink's grid is tile-major (CTA x = tile * R / 8 + rank block), so a tile's
+  /// rank blocks run together; 0: (tile, rank block) (CAKEMOE_BGMV_TILE_MAJOR, A/B runs).
+  int shrink_tile_major = 0;
   /// 1: sorted_routes[i] = token << 16 | pair (P <= 65536, T <= 32768), so the shrink finds a
   /// route's x row without a trip to sorted_token_ids; 0: the pair alone
   /// (CAKEMOE_BGMV_PACKED_ROUTES=0, A/B runs).

@@ -164,7 +164,9 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
     with_rank(p.rank, [&](auto rank) { launch_fused<kBf16, decltype(rank)::value>(p, stream); });
     return;
   }
-  const dim3 shrink_grid(p.max_tiles, p.rank / kRankTile);
+  const dim3 shrink_grid = p.shrink_tile_major != 0
+                              ? dim3(static_cast<unsigned>(p.max_tiles * (p.rank / kRankTile)))
+                              : dim3(p.max_tiles, p.rank / kRankTile);
   const size_t row_bytes = static_cast<size_t>(grouped_stage_row_bytes(p.hidden));
   switch (p.stage) {
     case 0:
