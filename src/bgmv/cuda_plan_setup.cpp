@@ -109,7 +109,8 @@ int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
 // CAKEMOE_BGMV_PREWAIT=0: the expand never stages the contiguous pair before its wait
 // (CakeParams::prewait). CAKEMOE_BGMV_L2_HINTS=0: the grouped pipeline's plain loads and stores
 // (GroupedParams::l2_hints). CAKEMOE_BGMV_PACKED_ROUTES=0: sorted_routes holds pair ids alone
-// (GroupedParams::packed_routes).
+// (GroupedParams::packed_routes). CAKEMOE_BGMV_TILE_MAJOR=0: the grouped shrink's (tile, rank
+// block) grid instead of the tile-major one (GroupedParams::shrink_tile_major).
 int switch_from_env(const char* name) {
   const char* env = std::getenv(name);
   return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
@@ -165,10 +166,7 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.last_stage = impl.grouped_last_stage;
   g.l2_hints = switch_from_env("CAKEMOE_BGMV_L2_HINTS");
-  {
-    const char* env = std::getenv("CAKEMOE_BGMV_TILE_MAJOR");
-    g.shrink_tile_major = env != nullptr && env[0] == '1' ? 1 : 0;
-  }
+  g.shrink_tile_major = switch_from_env("CAKEMOE_BGMV_TILE_MAJOR");
   // NOTE: 16 bits of pair id and 15 of token in one int32 (spec §5's P ranges up to 2^20 on the
   // hist / scan / scatter path; those plans keep pair ids alone).
   g.packed_routes = switch_from_env("CAKEMOE_BGMV_PACKED_ROUTES") != 0 && s.num_pairs <= 65536 &&
