@@ -32,7 +32,9 @@ struct CakeParams {
   /// Order remap (spec §6): shrink CTA x computes pair order[x]; nullptr = identity.
   const int32_t* order = nullptr;
   int64_t T = 0, H = 0, R = 0, P = 0, L = 0, E = 0;
-  int form = 0;    ///< shrink: 0 = 2-stage ring, 2 = 3-stage ring, 3 / 4 = registers, 4 / 1 k tiles per trip (no form 1)
+  /// shrink: 0 = 2-stage ring, 2 = 3-stage ring, 3 = registers with 4 k tiles per trip,
+  /// 4 = registers with 1 k tile per trip (no form 1)
+  int form = 0;
   int splits = 1;  ///< hidden splits of the shrink (spec §4.2), 1..8
   /// expand (R/8 lanes per column): 0 = 64 threads x 64/(R/8) columns, one column lane each;
   /// 1 = 128 threads x 128 columns, R/8 column lanes each

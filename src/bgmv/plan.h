@@ -186,7 +186,7 @@ struct ProblemDesc {
   std::optional<bool> order_remap;       ///< forced value, or heuristic when unset
   int variant_override = -1;             ///< -1 select_variant, 0 generic, 1 specialized (forced)
   int schedule_override = -1;            ///< specialized schedule 0 / 1 / 2 forced; -1 selector
-  /// Generic shrink (form 0 / 2 / 3, splits) forced instead of plan_generic_shrink's (A/B runs).
+  /// Generic shrink (form 0 / 2 / 3 / 4, splits) forced instead of plan_generic_shrink's (A/B).
   std::optional<ShrinkLaunch> shrink_override;
   /// Generic expand schedule 0 (narrow) / 1 (wide) forced instead of plan_generic_schedule's.
   int generic_schedule_override = -1;
@@ -198,7 +198,7 @@ struct ProblemDesc {
 /// specialized shapes, InvalidArgument("grouped" / "order_remap") when that pipeline is forced too,
 /// and Unsupported("variant") when its unit is not built; schedule_override raises
 /// InvalidArgument("schedule_id") outside 0..2 or on a plan that is not specialized;
-/// shrink_override raises InvalidArgument("shrink_launch") for a form other than 0, 2, 3, splits
+/// shrink_override raises InvalidArgument("shrink_launch") for a form other than 0, 2, 3, 4, splits
 /// outside 1..8, or splits > 1 with more than 128 pairs.
 PlanChoice choose_cake_plan(const ProblemDesc& problem);
 /// A pipeline the caller forced on (grouped or order_remap = true): each exists

@@ -1,8 +1,8 @@
 // Cake generic shrink (spec §4.1, §4.2): one CTA = one pair x 8 rank rows x one hidden split,
-// 128 threads, K streamed in 1024-wide tiles through a cp.async ring (kStages 2 or 3) or, with
-// kStages 0 (form 3), up to 4 tiles at once through registers, or with kStages -1 (form 4), one
-// tile at a time through registers (few registers, no shared memory: many CTAs per SM). Canonical FP32 order of
-// §3.2 (docs/decisions/bgmv.md); route publishing of §3.3 by the split-0, rank-block-0 CTA.
+// 128 threads, K streamed in 1024-wide tiles through a cp.async ring (kStages 2 or 3) or through
+// registers: kStages 0 (form 3) up to 4 tiles at once, kStages -1 (form 4) one tile at a time
+// (few registers, no shared memory: many CTAs per SM). Canonical FP32 order of §3.2
+// (docs/decisions/bgmv.md); route publishing of §3.3 by the split-0, rank-block-0 CTA.
 #pragma once
 
 #include <cuda_runtime.h>
