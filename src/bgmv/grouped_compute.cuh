@@ -202,14 +202,14 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   dev::pdl_wait();  // the index is complete
   dev::pdl_trigger();
   const GroupedWs w = grouped_ws(p);
-  // NOTE: the tile count and the tile in one trip (the grid has max_tiles CTAs, so the read is in
-  // bounds; past the count it is stale and unused).
   // Tile-major grids (GroupedParams::shrink_tile_major) run a tile's rank blocks side by side.
   const int rank_blocks = p.rank / kRankTile;
   const int tile = p.shrink_tile_major ? static_cast<int>(blockIdx.x) / rank_blocks
                                        : static_cast<int>(blockIdx.x);
   const int rank_block = p.shrink_tile_major ? static_cast<int>(blockIdx.x) % rank_blocks
                                              : static_cast<int>(blockIdx.y);
+  // NOTE: the tile count and the tile in one trip (the grid has max_tiles tiles, so the read is
+  // in bounds; past the count it is stale and unused).
   const int4 info = w.tile_info[tile];
   if (tile >= w.header[0]) return;
   const int first = info.x, routes = info.y, bin = info.z;

@@ -126,6 +126,9 @@ int64_t group_max_tiles(int64_t num_pairs, int64_t bins) {
   return ceil_div(num_pairs, kGroupTileRoutes) + bins;
 }
 
+/// CTAs of the per-route shrink per hidden split: one per pair and 8 rank rows (spec §4.1).
+int64_t shrink_ctas(int64_t num_pairs, int64_t rank) { return num_pairs * (rank / kRankTile); }
+
 }  // namespace
 
 const char* arch_name(Arch arch) {
@@ -165,7 +168,7 @@ const char* variant_name(Variant variant) {
 
 bool register_shrink_region(int64_t num_pairs, int64_t rank, Arch arch) {
   return arch == Arch::kSm90a && num_pairs <= kRegisterShrinkMaxPairs &&
-         num_pairs * (rank / kRankTile) <= kRegisterShrinkMaxCtas;
+         shrink_ctas(num_pairs, rank) <= kRegisterShrinkMaxCtas;
 }
 
 ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch) {
@@ -174,7 +177,7 @@ ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidd
                 "must be one of 8, 16, 32, 64, got " + std::to_string(rank));
   core::require(hidden > 0, "hidden_size", "must be positive, got " + std::to_string(hidden));
   const int64_t tiles = ceil_div(hidden, kShrinkTile);
-  const int64_t ctas = num_pairs * (rank / kRankTile);
+  const int64_t ctas = shrink_ctas(num_pairs, rank);
   const int64_t max_splits = num_pairs <= kSplitMaxPairs ? std::min(tiles, kSplitMax) : 1;
   const int64_t splits =
       std::min(max_splits, std::max<int64_t>(1, ceil_div(kSplitTargetCtas, ctas)));
@@ -191,7 +194,7 @@ ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden
   ShrinkLaunch launch = select_generic_shrink(num_pairs, rank, hidden, arch);
   if (register_shrink_region(num_pairs, rank, arch)) return {kFormRegisters, 1};
   // Splits stay the selector's (1 from 128 CTAs on), so the form never changes a bit.
-  if (arch == Arch::kSm90a && num_pairs * (rank / kRankTile) >= kRegisterOneMinCtas) {
+  if (arch == Arch::kSm90a && shrink_ctas(num_pairs, rank) >= kRegisterOneMinCtas) {
     launch.form = kFormRegistersOne;
     return launch;
   }
