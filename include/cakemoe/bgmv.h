@@ -53,7 +53,9 @@ class BgmvPlan {
   /// choice by rank and H, docs/decisions/bgmv-gpu-runtime.md). False when not grouped.
   bool grouped_fused() const;
   int pdl_mode() const;                        ///< 0 plain, 1 early, 2 late (spec §4.4)
-  std::optional<int> schedule_id() const;      ///< Cake: 0 t64, 1 t128; portable: none
+  /// Cake generic: 0 t64, 1 t128, 2 decode; Cake specialized: 0 t64, 1 t128, 2 dual_col; portable:
+  /// none.
+  std::optional<int> schedule_id() const;
   const std::string& fallback_reason() const;  ///< empty unless the portable semantics were chosen
   TensorView route_index() const;              ///< int32 workspace (Cake), else undefined
   TensorView y_accum() const;

@@ -320,6 +320,7 @@ CAKEMOE_DEVICE void prefetch_contiguous_b(const CakeParams& p, int64_t t, int64_
 // no occupancy hint it interleaves them with the previous route's FMAs); at most 128 registers.
 // NOTE: ranks 8/16 ask for 8 CTAs of 128 threads per SM (64 registers): at T >= 256 the
 // route-discovery chain of each CTA needs the occupancy (H200: 4 CTAs/SM cost 20-30 % at rank 16).
+// The decode schedule's 8-route batch (116 registers) keeps 512 threads per SM at every rank.
 // NOTE: `Lanes` is ExpandLanes (runtime H) or SpecializedLanes (compile-time H, spec §7): the
 // specialized expand is this body with H fixed, so both variants share every instruction of the
 // canonical order.
@@ -327,7 +328,8 @@ CAKEMOE_DEVICE void prefetch_contiguous_b(const CakeParams& p, int64_t t, int64_
 // handles every input (without the contiguous pair it runs the route-index path as before).
 template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch, int kPrewait = kPrewaitBatch,
           class Lanes = ExpandLanes<ExpandShape<kRank, kThreads, kItems, kBatch>>>
-__global__ void __launch_bounds__(kThreads, (kRank <= 16 ? 1024 : 512) / kThreads)
+__global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
+                                                        : (kRank <= 16 ? 1024 : 512) / kThreads)
     cake_expand_kernel(const CakeParams p) {
   using Shape = ExpandShape<kRank, kThreads, kItems, kBatch>;
   constexpr int kGroups = Shape::kGroups;

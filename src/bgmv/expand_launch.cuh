@@ -59,6 +59,9 @@ void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
 /// T 4 / 8 (116 registers; bench/results/2026-11-30_*_bgmv-decode.md).
 /// Schedule 1, wide: 128 threads x 128 columns, G slots per thread, 8 B vectors in flight per
 /// thread (route discovery amortised over 128 columns).
+/// Schedule 2, decode: 128 threads, one (column, lane) slot each (128 / G columns per CTA) and 8
+/// routes per batch, so up to 8 routes' B are in registers before the wait and the shrink rows
+/// are one trip after it (116 registers; SM90 plans take it at T <= 4 with 6-8 routes a token).
 template <bool kFp16, int kRank>
 void launch_expand_schedule(const CakeParams& p, cudaStream_t stream) {
   constexpr int kGroups = kRank / 8;
@@ -67,17 +70,19 @@ void launch_expand_schedule(const CakeParams& p, cudaStream_t stream) {
       kGroups <= 2 ? 2 : (8 / kGroups < 4 ? (8 / kGroups < 1 ? 1 : 8 / kGroups) : 4);
   if (p.schedule_id == 1) {
     launch_expand_instance<kFp16, kRank, 128, kGroups, kWideBatch, true>(p, stream);
+  } else if (p.schedule_id == 2) {
+    launch_expand_instance<kFp16, kRank, 128, 1, 8, false>(p, stream);
   } else {
     launch_expand_instance<kFp16, kRank, 64, 1, 4, false>(p, stream);
   }
 }
 
-/// The unit launcher: schedule 0 narrow, 1 wide (above); dtype 0 bf16, 1 fp16.
+/// The unit launcher: schedule 0 narrow, 1 wide, 2 decode (above); dtype 0 bf16, 1 fp16.
 template <int kRank>
 void launch_cake_expand_rank(const CakeParams& p, void* stream) {
   if (p.R != kRank) throw InvalidArgument("rank", "the expand unit was built for another rank");
-  if (p.schedule_id != 0 && p.schedule_id != 1) {
-    throw Unsupported("schedule_id", "the generic expand has schedules 0 and 1");
+  if (p.schedule_id < 0 || p.schedule_id > 2) {
+    throw Unsupported("schedule_id", "the generic expand has schedules 0, 1 and 2");
   }
   if (p.T <= 0 || p.H <= 0) return;
   const auto s = static_cast<cudaStream_t>(stream);

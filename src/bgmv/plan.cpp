@@ -37,6 +37,10 @@ constexpr int64_t kRegisterShrinkRank32MinHidden = 4096;
 // rank and H (H200 session 9, call 1: 0.87-1.01 of the plan's form at 384-4096 CTAs, rank 16
 // T 256 / 512 k 2 0.87-0.88; 1.01-1.23 below 384, where fewer, fatter CTAs keep more in flight).
 constexpr int64_t kRegisterOneMinCtas = 384;
+// Generic expand schedule 2 (decode): 128 threads, one (column, lane) slot each, 8 routes a batch.
+constexpr int kScheduleDecode = 2;
+constexpr int64_t kDecodeScheduleMaxTokens = 4;
+constexpr int64_t kDecodeScheduleMaxPairs = 256;  // the expand's pre-wait route scan (kScanPairs)
 
 // spec §4.4 PDL: expand CTAs per SM that still count as a "small" grid, at 128 columns per CTA.
 constexpr int64_t kPdlExpandCols = 128;
@@ -232,6 +236,17 @@ int select_generic_schedule(int64_t num_tokens) { return num_tokens <= 8 ? 0 : 1
 int plan_generic_schedule(int64_t num_tokens, int64_t num_pairs, int64_t rank, Arch arch) {
   const int spec = select_generic_schedule(num_tokens);
   if (arch != Arch::kSm90a || spec == 1) return spec;
+  // NOTE: H200 timelines of 2026-11-30 (bench/results/2026-11-30_*_bgmv-session10.md): with 8
+  // routes the wide schedule's post-wait work is 4 dependent L2 batches (1.7-2.0 µs against the
+  // portable path's 0.6); the decode schedule loads every route's B before the wait (0.9-1.2 µs).
+  // It wins at T 1-4 with 8 routes per token and at T 1 with 6 at ranks 32 / 64; with fewer
+  // routes it loads clamped copies, and from T 8 (or rank 64 at T 4) its grid takes two waves.
+  if (num_pairs <= kDecodeScheduleMaxPairs) {
+    if (num_tokens <= kDecodeScheduleMaxTokens && rank <= 32 && num_pairs >= 8 * num_tokens) {
+      return kScheduleDecode;
+    }
+    if (num_tokens == 1 && rank >= 32 && num_pairs >= 6) return kScheduleDecode;
+  }
   // NOTE: H200 table of 2026-11-30 (bench/results/2026-11-30_*_bgmv-decode.md): at T <= 8 the
   // wide schedule wins 5-20 % at ranks 8-32 and at one or two routes per token; rank 64 with more
   // routes keeps the narrow one (the wide schedule loads one route per trip there).
@@ -464,9 +479,9 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
     return c;
   }
   ShrinkLaunch shrink = plan_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch);
-  core::require(p.generic_schedule_override >= -1 && p.generic_schedule_override <= 1,
+  core::require(p.generic_schedule_override >= -1 && p.generic_schedule_override <= kScheduleDecode,
                 "schedule_id",
-                "a forced generic expand schedule must be 0 or 1, got " +
+                "a forced generic expand schedule must be 0, 1 or 2, got " +
                     std::to_string(p.generic_schedule_override));
   if (p.shrink_override.has_value()) {
     shrink = *p.shrink_override;

@@ -51,8 +51,10 @@ Variant select_variant(int64_t num_tokens, int64_t num_pairs, int64_t hidden, in
                        Arch arch, bool specialized_built);
 /// spec §4.3/§7 generic schedule: 0 (t64) for T <= 8, else 1 (t128).
 int select_generic_schedule(int64_t num_tokens);
-/// The generic plan's expand schedule: spec's, except on SM90 at T <= 8 the wide schedule (1)
-/// unless rank 64 with more than two routes per token (a cakemoe deviation, measured).
+/// The generic plan's expand schedule: spec's, except on SM90 at T <= 8 (cakemoe deviations,
+/// measured): the decode schedule (2) at T <= 4 with >= 8 routes per token and rank <= 32, or at
+/// T 1 with >= 6 routes and rank >= 32 (P <= 256 both); else the wide schedule (1) unless rank
+/// 64 with more than two routes per token.
 int plan_generic_schedule(int64_t num_tokens, int64_t num_pairs, int64_t rank, Arch arch);
 /// Specialized schedule: 0 t64, 1 token_owned, 2 dual_col. spec §7's B200 table off SM90; on SM90
 /// the H200's best: 2 for T >= 64, else 0 when P >= 4 T (top-k >= 4), else 1.
@@ -188,7 +190,8 @@ struct ProblemDesc {
   int schedule_override = -1;            ///< specialized schedule 0 / 1 / 2 forced; -1 selector
   /// Generic shrink (form 0 / 2 / 3 / 4, splits) forced instead of plan_generic_shrink's (A/B).
   std::optional<ShrinkLaunch> shrink_override;
-  /// Generic expand schedule 0 (narrow) / 1 (wide) forced instead of plan_generic_schedule's.
+  /// Generic expand schedule 0 (narrow) / 1 (wide) / 2 (decode) forced instead of
+  /// plan_generic_schedule's.
   int generic_schedule_override = -1;
 };
 /// The Cake choice for a problem inside the support set. Throws InvalidArgument("order_remap")

@@ -56,13 +56,15 @@ std::optional<ShrinkLaunch> shrink_from_env() {
   return launch;
 }
 
-// CAKEMOE_BGMV_SCHEDULE=0|1 (A/B runs): the generic expand schedule instead of the selector's.
+// CAKEMOE_BGMV_SCHEDULE=0|1|2 (A/B runs): the generic expand schedule instead of the selector's.
 int generic_schedule_from_env() {
   const char* env = std::getenv("CAKEMOE_BGMV_SCHEDULE");
   if (env == nullptr || *env == '\0') return -1;
   if (std::strcmp(env, "0") == 0) return 0;
   if (std::strcmp(env, "1") == 0) return 1;
-  throw InvalidArgument("CAKEMOE_BGMV_SCHEDULE", std::string("must be 0 or 1, got '") + env + "'");
+  if (std::strcmp(env, "2") == 0) return 2;
+  throw InvalidArgument("CAKEMOE_BGMV_SCHEDULE",
+                        std::string("must be 0, 1 or 2, got '") + env + "'");
 }
 
 bool print_plan_requested() {

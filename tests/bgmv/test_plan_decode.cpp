@@ -14,7 +14,7 @@ namespace {
 
 TEST(BgmvPlanDecode, Sm90DecodeDefaults) {
   // SM90 decode defaults: the register shrink with one split in its region, else spec §4.1's; the
-  // wide expand schedule but at rank 64 with more than two routes per token.
+  // expand schedules of plan_generic_schedule.
   for (int64_t t : {1, 2, 4, 8}) {
     for (int64_t k : {1, 2, 6, 8}) {
       for (int64_t r : {8, 16, 32, 64}) {
@@ -34,7 +34,10 @@ TEST(BgmvPlanDecode, Sm90DecodeDefaults) {
           const int expected = d.num_pairs * (r / 8) >= 384 ? 4 : r == 64 ? 3 : spec.form;
           EXPECT_EQ(c.shrink_launch->form, expected) << at;
         }
-        EXPECT_EQ(c.schedule_id, r == 64 && k > 2 ? 0 : 1) << at;
+        // The decode schedule at T <= 4 with 8 routes (rank <= 32) and at T 1 with 6 or more
+        // (rank >= 32); else wide, but narrow at rank 64 with more than two routes per token.
+        const bool decode = (t <= 4 && k >= 8 && r <= 32) || (t == 1 && k >= 6 && r >= 32);
+        EXPECT_EQ(c.schedule_id, decode ? 2 : r == 64 && k > 2 ? 0 : 1) << at;
         EXPECT_EQ(plan_generic_schedule(t, d.num_pairs, r, Arch::kSm90a), c.schedule_id) << at;
         // Elsewhere spec §4.3's schedule: narrow up to T 8.
         EXPECT_EQ(plan_generic_schedule(t, d.num_pairs, r, Arch::kSm100a), 0) << at;
@@ -42,6 +45,18 @@ TEST(BgmvPlanDecode, Sm90DecodeDefaults) {
     }
   }
   EXPECT_EQ(plan_generic_schedule(16, 32, 64, Arch::kSm90a), 1);
+  // The decode schedule's edges: 8 routes per token up to T 4 (T 5 and 7 routes are out), the
+  // pre-wait scan's 256 pairs, rank 64 only at T 1.
+  EXPECT_EQ(plan_generic_schedule(4, 32, 16, Arch::kSm90a), 2);
+  EXPECT_EQ(plan_generic_schedule(5, 40, 16, Arch::kSm90a), 1);
+  EXPECT_EQ(plan_generic_schedule(4, 31, 16, Arch::kSm90a), 1);
+  EXPECT_EQ(plan_generic_schedule(1, 256, 32, Arch::kSm90a), 2);
+  EXPECT_EQ(plan_generic_schedule(1, 257, 32, Arch::kSm90a), 1);
+  EXPECT_EQ(plan_generic_schedule(1, 5, 64, Arch::kSm90a), 0);
+  EXPECT_EQ(plan_generic_schedule(1, 6, 64, Arch::kSm90a), 2);
+  EXPECT_EQ(plan_generic_schedule(2, 16, 64, Arch::kSm90a), 0);
+  EXPECT_EQ(plan_generic_schedule(1, 6, 16, Arch::kSm90a), 1);
+  EXPECT_EQ(plan_generic_schedule(1, 8, 16, Arch::kSm100a), 0);
   // The region's edges: T 8 k 6 at rank 16 (P 48, 96 CTAs) is in; k 8 (128 CTAs) and P 49 out.
   EXPECT_TRUE(register_shrink_region(48, 16, Arch::kSm90a));
   EXPECT_FALSE(register_shrink_region(64, 16, Arch::kSm90a));
@@ -94,12 +109,14 @@ TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
   EXPECT_THROW(choose_cake_plan(many), InvalidArgument);
   many.shrink_override = ShrinkLaunch{3, 1};
   EXPECT_EQ(choose_cake_plan(many).shrink_launch->form, 3);
-  // The generic expand schedule: wide at this decode size, forced narrow; 2 is not a generic one.
+  // The generic expand schedule: wide at this decode size, forced narrow or decode; 3 is none.
   ProblemDesc wide = h200_desc(4, 2, 3072, 16);
   EXPECT_EQ(choose_cake_plan(wide).schedule_id, 1);
   wide.generic_schedule_override = 0;
   EXPECT_EQ(choose_cake_plan(wide).schedule_id, 0);
   wide.generic_schedule_override = 2;
+  EXPECT_EQ(choose_cake_plan(wide).schedule_id, 2);
+  wide.generic_schedule_override = 3;
   EXPECT_THROW(choose_cake_plan(wide), InvalidArgument);
 }
 

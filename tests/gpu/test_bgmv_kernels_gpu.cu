@@ -116,7 +116,7 @@ TEST(BgmvKernelsGpu, LaunchersRejectWhatNoUnitImplements) {
   p.splits = 2;
   p.P = 129;  // the split-K region holds 128 pairs
   EXPECT_THROW(launch_cake_shrink(p, nullptr), InvalidArgument);
-  p.schedule_id = 2;
+  p.schedule_id = 3;
   EXPECT_THROW(launch_cake_expand(p, nullptr), Unsupported);
   p.dtype = 2;
   EXPECT_THROW(launch_cake_shrink(p, nullptr), InvalidArgument);
@@ -209,7 +209,7 @@ TEST(BgmvKernelsGpu, EveryFormSplitScheduleAndPdlModeIsBitwiseExact) {
           cfg.form = form;
           cfg.splits = splits;
           cfg.pdl = pdl;
-          cfg.schedule = (splits + pdl) % 2;
+          cfg.schedule = (splits + pdl) % 3;
           check_cake(c, cfg, 2, "forced launch");
         }
       }
@@ -490,10 +490,10 @@ TEST(BgmvKernelsGpu, PortableSpecFallbackShapes) {
 // ---- Lane-cooperative expand (R/8 lanes per column, batched routes, pre-wait route scan) -------
 
 /// One Cake problem over several forced expand schedules and PDL modes (fresh route index each).
-/// Both schedules x every PDL mode x both pre-wait settings (CakeParams::prewait: the staged
-/// contiguous pair of P > 256 against the route-index path alone).
+/// Every schedule (narrow, wide, decode) x every PDL mode x both pre-wait settings
+/// (CakeParams::prewait: the staged contiguous pair of P > 256 against the route-index path alone).
 void check_expand_variants(const CaseSpec& spec, bgmv_test::Case& c, int runs, const char* label) {
-  for (int schedule : {0, 1}) {
+  for (int schedule : {0, 1, 2}) {
     for (int pdl : {0, 1, 2}) {
       for (int prewait : {1, 0}) {
         LaunchConfig cfg;
@@ -549,6 +549,46 @@ TEST(BgmvKernelsGpu, ExpandLaneLayoutLargeTopKSmallTokens) {
                  " T=" + std::to_string(r.tokens));
     check_expand_variants(spec, c, 2, "lane layout");
     if (HasFatalFailure()) return;
+  }
+}
+
+TEST(BgmvKernelsGpu, DecodeScheduleIsBitwiseExact) {
+  CAKEMOE_REQUIRE_GPU();
+  // Schedule 2 (8 routes per batch, one slot per thread) where SM90 plans take it and at its
+  // edges: fewer routes than a batch, more than one batch (k 13), column tails of its 16- to
+  // 128-column CTAs, every PDL mode. Small enough for the sanitizers.
+  struct Row {
+    int64_t hidden, rank, tokens, top_k;
+    DType dtype;
+    PairOrder order;
+  };
+  const Row rows[] = {
+      {3000, 16, 1, 8, DType::kBF16, PairOrder::kTokenMajor},
+      {1000, 32, 4, 8, DType::kFP16, PairOrder::kSlotMajor},
+      {3000, 64, 1, 6, DType::kBF16, PairOrder::kExpertSorted},
+      {1000, 8, 3, 13, DType::kFP16, PairOrder::kSlotMajor},
+      {1000, 32, 2, 3, DType::kBF16, PairOrder::kTokenMajor},
+  };
+  for (const Row& r : rows) {
+    CaseSpec spec;
+    spec.dtype = r.dtype;
+    spec.tokens = r.tokens;
+    spec.hidden = r.hidden;
+    spec.rank = r.rank;
+    spec.experts = 16;
+    spec.top_k = r.top_k;
+    spec.order = r.order;
+    spec.seed = static_cast<uint64_t>(900 + r.rank + 7 * r.tokens + r.top_k);
+    bgmv_test::Case c = bgmv_test::make_case(spec);
+    for (int pdl : {0, 1, 2}) {
+      LaunchConfig cfg;
+      cfg.schedule = 2;
+      cfg.pdl = pdl;
+      SCOPED_TRACE("decode schedule R=" + std::to_string(r.rank) + " T=" +
+                   std::to_string(r.tokens) + " k=" + std::to_string(r.top_k));
+      check_cake(c, cfg, 2, "decode schedule");
+      if (HasFatalFailure()) return;
+    }
   }
 }
 
