@@ -19,6 +19,7 @@ set -uo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 old="$1"
+[[ "$old" == "-" ]] || old="$(cd "$old" && pwd)"  # build_bench runs from the repo root
 out="$2"
 mkdir -p "$out"
 export CAKEMOE_WITH_CUDA=ON
