@@ -5,6 +5,7 @@
 //
 //   bench_bgmv [--quick] [--stages] [--variants] [--specialized] [--flush=memset] [--reps=N]
 //              [--budget=SECONDS] [--rows=H,R,T,k,L[,E];...] [--benchmark_out=FILE ...]
+//              [--timeline=H,R,T,k,L[,E]]
 //
 // --quick: H 3072 only (plus the 4-LoRA comparison rows). The default matrix is hidden {2688,
 // 3072, 4096} x rank {16, 32, 64} x T {1 .. 2048} x top-k {2, 6, 8}, 8 LoRAs x 128 experts; it
@@ -17,7 +18,9 @@
 // --shape=H,R,T,k,L runs one shape of it (E 128), e.g. under ncu. --specialized: the specialized
 // variant (spec §7) in each schedule against the generic plan, H 2688 / 3072, rank 32, T 1..2048
 // (bench_bgmv_variants.cuh). --flush=memset: the flush of the
-// 2026-11-29 results (a 256 MB memset per rep, which leaves dirty lines in L2).
+// 2026-11-29 results (a 256 MB memset per rep, which leaves dirty lines in L2). --timeline: per-CTA
+// event stamps of one row's Cake and portable per-route kernels (bench_bgmv_timeline.cuh; builds
+// configured with -DCAKEMOE_BGMV_TIMELINE=ON).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,6 +31,7 @@
 
 #include "bench_bgmv_common.cuh"
 #include "bench_bgmv_stages.cuh"
+#include "bench_bgmv_timeline.cuh"
 #include "bench_bgmv_variants.cuh"
 #include "bgmv/plan_impl.h"
 #include "cakemoe/bgmv.h"
@@ -202,7 +206,7 @@ int run(int argc, char** argv) {
   double budget_s = 150;
   int reps = 50;
   FlushMode flush = FlushMode::kRead;
-  std::string json, only_shape, only_rows;
+  std::string json, only_shape, only_rows, timeline;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") quick = true;
@@ -211,6 +215,7 @@ int run(int argc, char** argv) {
     if (arg == "--specialized") specialized = true;
     if (arg.rfind("--shape=", 0) == 0) only_shape = arg.substr(8);
     if (arg.rfind("--rows=", 0) == 0) only_rows = arg.substr(7);
+    if (arg.rfind("--timeline=", 0) == 0) timeline = arg.substr(11);
     if (arg == "--flush=memset") flush = FlushMode::kMemset;
     if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::stoi(arg.substr(7)));
     if (arg.rfind("--budget=", 0) == 0) budget_s = std::stod(arg.substr(9));
@@ -224,6 +229,7 @@ int run(int argc, char** argv) {
   bench.reps = reps;
   bench.flush_mode = flush;
   if (stages) return run_stage_mode(bench);
+  if (!timeline.empty()) return run_timeline_mode(bench, timeline);
   if (variants) return run_variant_mode(bench, budget_s, only_shape);
   if (specialized) return run_specialized_mode(bench, budget_s);
   const auto t0 = std::chrono::steady_clock::now();

@@ -10,6 +10,11 @@
 #                            [--ncu-shapes="H,R,T,k,L H,R,T,k,L"]
 #                            [--ncu-source="KERNEL_REGEX@H,R,T,k,L[,E] ..."]
 #                            [--sweep="NAME=VALUE[,NAME=VALUE] ..."] [--no-tests]
+#                            [--timeline="H,R,T,k,L[,E] ..."]
+#
+# --timeline: a second build configured with -DCAKEMOE_BGMV_TIMELINE=ON (bench only) and
+# `bench_bgmv --timeline=ROW` for each row into timeline.log: per-CTA event stamps of the row's
+# Cake and portable per-route kernels (bench/bench_bgmv_timeline.cuh).
 #
 # --sweep: the table again under each switch set, all into sweep.log ("==== SET" before each).
 # --ncu-source: per entry, the first launch matching KERNEL_REGEX in that table row (bench_bgmv
@@ -36,6 +41,7 @@ ncu_shapes="3072,32,1024,2,8 3072,32,1024,2,4"
 ncu_source=""
 sweep=""
 tests_on=1
+timeline=""
 for arg in "$@"; do
   case "$arg" in
     --variants) variants=1 ;;
@@ -46,6 +52,7 @@ for arg in "$@"; do
     --ncu-source=*) ncu_source="${arg#--ncu-source=}" ;;
     --sweep=*) sweep="${arg#--sweep=}" ;;
     --no-tests) tests_on=0 ;;
+    --timeline=*) timeline="${arg#--timeline=}" ;;
     -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     -*) cakemoe_log "unknown argument: $arg"; exit 2 ;;
     *) out="$arg" ;;
@@ -113,6 +120,19 @@ for assignment in $sweep; do  # NAME=VALUE[,NAME=VALUE]: the table under that sw
   # shellcheck disable=SC2086
   step "sweep $assignment" "$out/sweep.log" 60 env ${assignment//,/ } "$bench" --reps=30
 done
+if [[ -n "$timeline" ]]; then
+  tl_build="${build}-timeline"
+  if step "timeline build" "$out/build.log" 300 \
+       bash -c "source '$CAKEMOE_ROOT/scripts/common.sh'; cakemoe_configure '$tl_build' all \
+                -DCAKEMOE_BUILD_TESTS=OFF -DCAKEMOE_BUILD_BENCH=ON -DCAKEMOE_HEADER_CHECK=OFF \
+                -DCAKEMOE_BGMV_TIMELINE=ON && cmake --build '$tl_build' -j $(nproc) --target bench_bgmv"; then
+    for row in $timeline; do
+      echo "==== $row" >>"$out/timeline.log"
+      step "timeline $row" "$out/timeline.log" 60 "$tl_build/bench/bench_bgmv" --timeline="$row" \
+        --reps=20
+    done
+  fi
+fi
 if ((variants)); then
   step variants "$out/variants.log" 200 "$bench" --variants --reps=30 --budget=170
 fi

@@ -120,6 +120,34 @@ CAKEMOE_DEVICE void discard_l2_line(const void* gmem) {
   asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(gmem) : "memory");
 }
 
+// ---- Timeline builds (CAKEMOE_BGMV_TIMELINE, bench_bgmv --timeline) ----------------------------
+
+/// Events per CTA and words per event (globaltimer ns, clock64, SM id) of a timeline buffer.
+constexpr int kTimelineEvents = 5;
+constexpr int kTimelineWords = 3;
+
+/// Thread 0 of the CTA records event `event` of CTA `cta` (the linear block index) into `tl`.
+/// Compiled to nothing unless CAKEMOE_BGMV_TIMELINE is defined.
+CAKEMOE_DEVICE void timeline_stamp(unsigned long long* tl, int event) {
+#if defined(CAKEMOE_BGMV_TIMELINE) && defined(__CUDA_ARCH__)
+  if (tl == nullptr || threadIdx.x != 0) return;
+  const unsigned long long cta =
+      blockIdx.x + static_cast<unsigned long long>(gridDim.x) *
+                       (blockIdx.y + static_cast<unsigned long long>(gridDim.y) * blockIdx.z);
+  unsigned long long ns;
+  unsigned sm;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  unsigned long long* slot = tl + (cta * kTimelineEvents + event) * kTimelineWords;
+  slot[0] = ns;
+  slot[1] = static_cast<unsigned long long>(clock64());
+  slot[2] = sm;
+#else
+  (void)tl;
+  (void)event;
+#endif
+}
+
 // ---- Programmatic dependent launch (spec §4.4) --------------------------------------------------
 
 /// Lets the dependent grid (the expand) start launching. No-op without a dependent.

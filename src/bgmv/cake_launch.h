@@ -43,6 +43,10 @@ struct CakeParams {
   /// 1: the expand stages the contiguous pair before its wait where it applies (expand_cake.cuh,
   /// enum Prewait: P > 256 and P == 2T); 0: never (CAKEMOE_BGMV_PREWAIT=0, A/B runs). Same bits.
   int prewait = 1;
+  /// Timeline builds only (CAKEMOE_BGMV_TIMELINE): per-CTA event stamps of the shrink and the
+  /// expand (cake_device.cuh timeline_stamp); nullptr: none.
+  unsigned long long* timeline_shrink = nullptr;
+  unsigned long long* timeline_expand = nullptr;
 };
 
 /// Shrink: grid (P, R/8, splits) x 128 threads. Writes shrink_out and publishes routes (§3.3).
@@ -74,6 +78,9 @@ struct PortableParams {
   /// 1 (compute capability >= 9.0): the expand is a programmatic dependent of the shrink and
   /// reads its indices and B before it waits for the shrink rows.
   int pdl = 0;
+  /// Timeline builds only (CAKEMOE_BGMV_TIMELINE): per-CTA event stamps; nullptr: none.
+  unsigned long long* timeline_shrink = nullptr;
+  unsigned long long* timeline_expand = nullptr;
 };
 
 /// shrink (which also writes the rows of pairs without a LoRA and zeroes y) + weighted expand

@@ -72,6 +72,8 @@ void fill_portable(const BgmvPlan::Impl& impl, PortableParams& pp) {
   pp.P = s.num_pairs;
   pp.L = s.num_loras;
   pp.E = s.num_experts;
+  pp.timeline_shrink = impl.timeline_shrink;
+  pp.timeline_expand = impl.timeline_expand;
 }
 
 void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
@@ -246,6 +248,8 @@ CakeParams cake_params(const BgmvPlan::Impl& impl) {
   cp.schedule_id = c.schedule_id.value_or(0);
   cp.pdl_mode = c.launch_pdl_mode;
   cp.prewait = switch_from_env("CAKEMOE_BGMV_PREWAIT");
+  cp.timeline_shrink = impl.timeline_shrink;
+  cp.timeline_expand = impl.timeline_expand;
   return cp;
 }
 

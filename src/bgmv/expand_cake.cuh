@@ -334,6 +334,7 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
   using Shape = ExpandShape<kRank, kThreads, kItems, kBatch>;
   constexpr int kGroups = Shape::kGroups;
   __shared__ ExpandShared sh;
+  timeline_stamp(p.timeline_expand, 0);
   const int tid = threadIdx.x;
   const int64_t t = blockIdx.x;
   const Lanes ln = Lanes::make(
@@ -368,7 +369,9 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
       at1 = p.sorted_token_ids[2 * t + 1] == t;
     }
   }
+  timeline_stamp(p.timeline_expand, 1);
   pdl_wait();
+  timeline_stamp(p.timeline_expand, 2);
 
   // Route index words (§3.3): read by every CTA, used by the epilogue of column block 0.
   const RouteIndex ri{p.route_index, p.T};
@@ -427,6 +430,7 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
     }
   }
 
+  timeline_stamp(p.timeline_expand, 3);
   // Lane fold (§3.2): XOR butterfly, offsets G/2..1. Lane 0 adds the same operands in the same
   // order as the reference's serial fold; every lane of the warp takes part in each shuffle.
 #pragma unroll
@@ -442,6 +446,7 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
     *ri.base(t, parity ^ 1u) = count;
     if (t == 0) *ri.launch_counter() = launch + 1u;
   }
+  timeline_stamp(p.timeline_expand, 4);
 }
 
 }  // namespace dev

@@ -42,6 +42,8 @@ class BgmvPlan::Impl {
   int grouped_index_override = -1;  ///< PrepareInternals::grouped_index
   int grouped_last_stage = 3;       ///< PrepareInternals::grouped_last_stage
   bool grouped_fused = false;       ///< the CUDA grouped pipeline's stage 4 (set by its setup)
+  unsigned long long* timeline_shrink = nullptr;  ///< PrepareInternals::timeline_shrink
+  unsigned long long* timeline_expand = nullptr;  ///< PrepareInternals::timeline_expand
   /// The CUDA runtime (CUDA tensors only): launch sequence and private graph (spec §8).
   std::unique_ptr<CudaPlan> cuda;
 
@@ -83,6 +85,11 @@ struct PrepareInternals {
   /// the whole pipeline). The bench times these prefixes to split a pipelined plan into stages;
   /// a plan cut short leaves y unwritten.
   int grouped_last_stage = 3;
+  /// Timeline builds (CAKEMOE_BGMV_TIMELINE; bench_bgmv --timeline): device buffers of
+  /// P * ceil(H / 8) * kTimelineEvents * 3 words each that the per-route and portable shrink /
+  /// expand kernels stamp (cake_device.cuh timeline_stamp); nullptr: none.
+  unsigned long long* timeline_shrink = nullptr;
+  unsigned long long* timeline_expand = nullptr;
 };
 
 /// prepare_bgmv_moe returning the implementation (tests and binding layers keep a handle on it).

@@ -163,6 +163,8 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
   impl->params.grouped = choice.grouped;
   impl->grouped_index_override = internals.grouped_index;
   impl->grouped_last_stage = internals.grouped_last_stage;
+  impl->timeline_shrink = internals.timeline_shrink;
+  impl->timeline_expand = internals.timeline_expand;
   impl->x = x;
   impl->lora_a = lora_a_weights;
   impl->lora_b = lora_b_weights;

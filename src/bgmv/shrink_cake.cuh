@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   extern __shared__ uint4 ring[];
   __shared__ float warp_sums[kShrinkThreads / kWarp][kRankTile];
   __shared__ int last_split;
+  timeline_stamp(p.timeline_shrink, 0);
   // NOTE: a no-op unless this grid was launched as a programmatic dependent; keeps the route
   // index reads below ordered after any producer the runtime chains in front of the shrink.
   pdl_wait();
@@ -224,10 +225,12 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   }
   const PairRoute route = load_pair_route(p, pair);
   const int64_t t = route.t, l = route.l, e = route.e;
+  timeline_stamp(p.timeline_shrink, 1);
   uint16_t* out = static_cast<uint16_t*>(p.shrink_out) + pair * kRank + rb * kRankTile;
   if (l < 0) {  // padding or no LoRA: a zero row, never published
     if (z == 0 && tid < kRankTile) out[tid] = 0;
     if (p.pdl_mode == 2) pdl_trigger();
+    timeline_stamp(p.timeline_shrink, 4);
     return;
   }
   const bool publisher = rb == 0 && z == 0 && tid == 0 && !implicit_pair(pair, t, p.P, p.T);
@@ -251,9 +254,11 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
     shrink_tile_loop<kFp16, kStages>(ring, t0, t1, p.H, x_row, a_rows, acc);  // 2 or 3 stages
   }
   if (p.pdl_mode == 2) pdl_trigger();
+  timeline_stamp(p.timeline_shrink, 3);
 
   shrink_reduce_store<kFp16, kRank>(p, ri, pair, rb, z, acc, warp_sums, &last_split, out);
   if (publisher) publish_end(ri, ticket, t, pair);
+  timeline_stamp(p.timeline_shrink, 4);
 }
 
 }  // namespace dev
