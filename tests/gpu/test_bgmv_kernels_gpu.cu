@@ -509,16 +509,31 @@ void check_expand_variants(const CaseSpec& spec, bgmv_test::Case& c, int runs, c
   }
 }
 
+/// One expand test row: shape, dtype and pair order of a generated case.
+struct ExpandRow {
+  int64_t hidden, rank, tokens, top_k;
+  DType dtype;
+  PairOrder order;
+};
+
+bgmv_test::Case make_row_case(const ExpandRow& r, int64_t experts, uint64_t seed) {
+  CaseSpec spec;
+  spec.dtype = r.dtype;
+  spec.tokens = r.tokens;
+  spec.hidden = r.hidden;
+  spec.rank = r.rank;
+  spec.experts = experts;
+  spec.top_k = r.top_k;
+  spec.order = r.order;
+  spec.seed = seed;
+  return bgmv_test::make_case(spec);
+}
+
 TEST(BgmvKernelsGpu, ExpandLaneLayoutLargeTopKSmallTokens) {
   CAKEMOE_REQUIRE_GPU();
   // k 6 / 8 at T 1..32, rank 64 and 32 (and 16 / 8 once), both dtypes, H with and without a
   // column tail for every CTA width (3000 = 8 * 375: tails for 16, 32, 64 and 128 columns).
-  struct Row {
-    int64_t hidden, rank, tokens, top_k;
-    DType dtype;
-    PairOrder order;
-  };
-  const Row rows[] = {
+  const ExpandRow rows[] = {
       {3072, 64, 1, 8, DType::kBF16, PairOrder::kTokenMajor},
       {3000, 64, 2, 6, DType::kFP16, PairOrder::kSlotMajor},
       {3072, 64, 8, 8, DType::kFP16, PairOrder::kExpertSorted},
@@ -534,20 +549,12 @@ TEST(BgmvKernelsGpu, ExpandLaneLayoutLargeTopKSmallTokens) {
       {3000, 16, 3, 13, DType::kBF16, PairOrder::kSlotMajor},  // k > 8: four batches and more
       {1000, 64, 3, 12, DType::kFP16, PairOrder::kTokenMajor},
   };
-  for (const Row& r : rows) {
-    CaseSpec spec;
-    spec.dtype = r.dtype;
-    spec.tokens = r.tokens;
-    spec.hidden = r.hidden;
-    spec.rank = r.rank;
-    spec.experts = 32;
-    spec.top_k = r.top_k;
-    spec.order = r.order;
-    spec.seed = static_cast<uint64_t>(r.hidden + 17 * r.rank + 5 * r.tokens + r.top_k);
-    bgmv_test::Case c = bgmv_test::make_case(spec);
+  for (const ExpandRow& r : rows) {
+    bgmv_test::Case c = make_row_case(
+        r, 32, static_cast<uint64_t>(r.hidden + 17 * r.rank + 5 * r.tokens + r.top_k));
     SCOPED_TRACE("H=" + std::to_string(r.hidden) + " R=" + std::to_string(r.rank) +
                  " T=" + std::to_string(r.tokens));
-    check_expand_variants(spec, c, 2, "lane layout");
+    check_expand_variants(c.spec, c, 2, "lane layout");
     if (HasFatalFailure()) return;
   }
 }
@@ -557,29 +564,16 @@ TEST(BgmvKernelsGpu, DecodeScheduleIsBitwiseExact) {
   // Schedule 2 (8 routes per batch, one slot per thread) where SM90 plans take it and at its
   // edges: fewer routes than a batch, more than one batch (k 13), column tails of its 16- to
   // 128-column CTAs, every PDL mode. Small enough for the sanitizers.
-  struct Row {
-    int64_t hidden, rank, tokens, top_k;
-    DType dtype;
-    PairOrder order;
-  };
-  const Row rows[] = {
+  const ExpandRow rows[] = {
       {3000, 16, 1, 8, DType::kBF16, PairOrder::kTokenMajor},
       {1000, 32, 4, 8, DType::kFP16, PairOrder::kSlotMajor},
       {3000, 64, 1, 6, DType::kBF16, PairOrder::kExpertSorted},
       {1000, 8, 3, 13, DType::kFP16, PairOrder::kSlotMajor},
       {1000, 32, 2, 3, DType::kBF16, PairOrder::kTokenMajor},
   };
-  for (const Row& r : rows) {
-    CaseSpec spec;
-    spec.dtype = r.dtype;
-    spec.tokens = r.tokens;
-    spec.hidden = r.hidden;
-    spec.rank = r.rank;
-    spec.experts = 16;
-    spec.top_k = r.top_k;
-    spec.order = r.order;
-    spec.seed = static_cast<uint64_t>(900 + r.rank + 7 * r.tokens + r.top_k);
-    bgmv_test::Case c = bgmv_test::make_case(spec);
+  for (const ExpandRow& r : rows) {
+    const bgmv_test::Case c =
+        make_row_case(r, 16, static_cast<uint64_t>(900 + r.rank + 7 * r.tokens + r.top_k));
     for (int pdl : {0, 1, 2}) {
       LaunchConfig cfg;
       cfg.schedule = 2;
