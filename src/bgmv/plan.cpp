@@ -25,6 +25,7 @@ constexpr int kFormPrefill = 0;
 constexpr int kFormPrefillDeep = 2;
 constexpr int kFormRegisters = 3;  // x and A of 4 k tiles per trip in registers, no ring
 constexpr int kFormRegistersOne = 4;  // one k tile per trip: few registers, many CTAs per SM
+constexpr int kFormRegistersHalf = 5;  // form 3 over 4 rank rows: twice the CTAs, one split
 // SM90 decode region of the register form (H200 table with forced launches,
 // bench/results/2026-11-30_*_bgmv-decode.md): form 3 with one split beats the rings with splits,
 // the fused decode and the specialized body from T 1 up to these sizes. P 48 (T 8, k 6, rank 16:
@@ -37,6 +38,9 @@ constexpr int64_t kRegisterShrinkRank32MinHidden = 4096;
 // rank and H (H200 session 9, call 1: 0.87-1.01 of the plan's form at 384-4096 CTAs, rank 16
 // T 256 / 512 k 2 0.87-0.88; 1.01-1.23 below 384, where fewer, fatter CTAs keep more in flight).
 constexpr int64_t kRegisterOneMinCtas = 384;
+// Form 5 inside the register region while its CTAs (P * R / 4) stay <= 64 (H200 session 10, call 5:
+// 0.93-0.99 of form 3 at 8-64 half-block CTAs; 1.05-1.16 at 96-192, where CTAs share SMs).
+constexpr int64_t kRegisterHalfMaxCtas = 64;
 // Generic expand schedule 2 (decode): 128 threads, one (column, lane) slot each, 8 routes a batch.
 constexpr int kScheduleDecode = 2;
 constexpr int64_t kDecodeScheduleMaxTokens = 4;
@@ -196,7 +200,10 @@ ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidd
 
 ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch) {
   ShrinkLaunch launch = select_generic_shrink(num_pairs, rank, hidden, arch);
-  if (register_shrink_region(num_pairs, rank, arch)) return {kFormRegisters, 1};
+  if (register_shrink_region(num_pairs, rank, arch)) {
+    const bool half = 2 * shrink_ctas(num_pairs, rank) <= kRegisterHalfMaxCtas;
+    return {half ? kFormRegistersHalf : kFormRegisters, 1};
+  }
   // Splits stay the selector's (1 from 128 CTAs on), so the form never changes a bit.
   if (arch == Arch::kSm90a && shrink_ctas(num_pairs, rank) >= kRegisterOneMinCtas) {
     launch.form = kFormRegistersOne;
@@ -486,9 +493,12 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   if (p.shrink_override.has_value()) {
     shrink = *p.shrink_override;
     core::require(shrink.form == kFormPrefill || shrink.form == kFormPrefillDeep ||
-                      shrink.form == kFormRegisters || shrink.form == kFormRegistersOne,
+                      shrink.form == kFormRegisters || shrink.form == kFormRegistersOne ||
+                      shrink.form == kFormRegistersHalf,
                   "shrink_launch",
-                  "form must be 0, 2, 3 or 4, got " + std::to_string(shrink.form));
+                  "form must be 0, 2, 3, 4 or 5, got " + std::to_string(shrink.form));
+    core::require(shrink.form != kFormRegistersHalf || shrink.splits == 1, "shrink_launch",
+                  "form 5 takes one split, got " + std::to_string(shrink.splits));
     core::require(shrink.splits >= 1 && shrink.splits <= kSplitMax &&
                       (shrink.splits == 1 || p.num_pairs <= kSplitMaxPairs),
                   "shrink_launch",

@@ -1,7 +1,8 @@
 // Cake generic shrink (spec §4.1, §4.2): one CTA = one pair x 8 rank rows x one hidden split,
 // 128 threads, K streamed in 1024-wide tiles through a cp.async ring (kStages 2 or 3) or through
 // registers: kStages 0 (form 3) up to 4 tiles at once, kStages -1 (form 4) one tile at a time
-// (few registers, no shared memory: many CTAs per SM). Canonical FP32 order of §3.2
+// (few registers, no shared memory: many CTAs per SM). Form 5 is form 3 over 4 rank rows (kRows
+// 4): twice the CTAs, each loading half the A bytes, for grids far below one CTA per SM. Canonical FP32 order of §3.2
 // (docs/decisions/bgmv.md); route publishing of §3.3 by the split-0, rank-block-0 CTA.
 #pragma once
 
@@ -79,13 +80,13 @@ CAKEMOE_DEVICE void shrink_tile_loop(uint4* ring, int64_t t0, int64_t t1, int64_
 }
 
 /// One 16-byte chunk of the canonical fma chains (spec §3.2): acc[i] += x[e] * a[i][e] for the
-/// chunk's 8 elements in order, for each of the CTA's 8 rank rows.
-template <bool kFp16>
-CAKEMOE_DEVICE void shrink_fma_chunk(const uint4& x, const uint4 (&a)[kRankTile], float* acc) {
+/// chunk's 8 elements in order, for each of the CTA's kRows rank rows.
+template <bool kFp16, int kRows>
+CAKEMOE_DEVICE void shrink_fma_chunk(const uint4& x, const uint4 (&a)[kRows], float* acc) {
   float xf[8];
   unpack8<kFp16>(x, xf);
 #pragma unroll
-  for (int i = 0; i < kRankTile; ++i) {
+  for (int i = 0; i < kRows; ++i) {
     float af[8];
     unpack8<kFp16>(a[i], af);
 #pragma unroll
@@ -104,27 +105,27 @@ constexpr int shrink_register_tiles() {
 /// Form 3: the same per-thread fma chains with no ring. x and A of kShrinkRegTiles k tiles go to
 /// registers before the first FMA (H <= 4096 in one trip). Chunks past H are skipped: bitwise the
 /// ring's zero-filled FMAs (fma(0, 0, acc) == acc for acc != -0, and acc starts at +0).
-template <bool kFp16, int kTiles>
+template <bool kFp16, int kTiles, int kRows>
 CAKEMOE_DEVICE void shrink_tile_registers(int64_t t0, int64_t t1, int64_t hidden,
                                           const uint16_t* x_row, const uint16_t* a_rows,
                                           float* acc) {
   const int64_t lane_k = 8 * static_cast<int64_t>(threadIdx.x);
   for (int64_t base = t0; base < t1; base += kTiles) {
-    uint4 xv[kTiles], av[kTiles][kRankTile];
+    uint4 xv[kTiles], av[kTiles][kRows];
 #pragma unroll
     for (int d = 0; d < kTiles; ++d) {
       const int64_t k = (base + d) * kShrinkTile + lane_k;
       if (base + d >= t1 || k >= hidden) continue;
       xv[d] = *reinterpret_cast<const uint4*>(x_row + k);
 #pragma unroll
-      for (int i = 0; i < kRankTile; ++i) {
+      for (int i = 0; i < kRows; ++i) {
         av[d][i] = *reinterpret_cast<const uint4*>(a_rows + i * hidden + k);
       }
     }
 #pragma unroll
     for (int d = 0; d < kTiles; ++d) {
       if (base + d >= t1 || (base + d) * kShrinkTile + lane_k >= hidden) continue;
-      shrink_fma_chunk<kFp16>(xv[d], av[d], acc);
+      shrink_fma_chunk<kFp16, kRows>(xv[d], av[d], acc);
     }
   }
 }
@@ -133,28 +134,29 @@ CAKEMOE_DEVICE void shrink_tile_registers(int64_t t0, int64_t t1, int64_t hidden
 /// warp sums in warp order from 0.0f, then the row: stored directly with one split, else through
 /// the ordered last-arrival reduction of the split partials with a self-resetting ticket. Every
 /// thread of the 128-thread CTA calls it; `warp_sums` and `last_split` are its shared memory.
-template <bool kFp16, int kRank>
+template <bool kFp16, int kRank, int kRows>
 CAKEMOE_DEVICE void shrink_reduce_store(const CakeParams& p, const RouteIndex& ri, int64_t pair,
-                                        int rb, int z, const float (&acc)[kRankTile],
+                                        int rb, int z, const float (&acc)[kRows],
                                         float (&warp_sums)[kShrinkThreads / kWarp][kRankTile],
                                         int* last_split, uint16_t* out) {
   const int tid = threadIdx.x;
   const int warp = tid / kWarp;
-  // The 8 XOR butterflies (16 .. 1) at once, bitwise: lanes 4i .. 4i + 3 end with rank row i.
-  float v[kRankTile];
+  // The kRows XOR butterflies (16 .. 1) at once, bitwise: lanes (32 / kRows) i .. end with rank
+  // row i.
+  float v[kRows];
 #pragma unroll
-  for (int i = 0; i < kRankTile; ++i) v[i] = acc[i];
-  const float warp_sum = warp_reduce_scatter<kRankTile>(v);
-  constexpr int kLanesPerRow = kWarp / kRankTile;
+  for (int i = 0; i < kRows; ++i) v[i] = acc[i];
+  const float warp_sum = warp_reduce_scatter<kRows>(v);
+  constexpr int kLanesPerRow = kWarp / kRows;
   if (tid % kLanesPerRow == 0) warp_sums[warp][(tid % kWarp) / kLanesPerRow] = warp_sum;
   __syncthreads();
   float sum = 0.0f;
-  if (tid < kRankTile) {
+  if (tid < kRows) {
 #pragma unroll
     for (int w = 0; w < kShrinkThreads / kWarp; ++w) sum = sum + warp_sums[w][tid];
   }
   if (p.splits == 1) {
-    if (tid < kRankTile) out[tid] = narrow<kFp16>(0.0f + sum);
+    if (tid < kRows) out[tid] = narrow<kFp16>(0.0f + sum);
   } else {
     // spec §4.2: ordered last-arrival reduction with a self-resetting ticket.
     float* partials = ri.split_partials();
@@ -205,8 +207,11 @@ CAKEMOE_DEVICE PairRoute load_pair_route(const CakeParams& p, int64_t pair) {
   return r;
 }
 
-template <bool kFp16, int kRank, int kStages>
+// NOTE: kRows 4 (form 5) is built for the register form with one split only: the split
+// counters and partials are laid out per 8-row block (the launcher refuses splits > 1).
+template <bool kFp16, int kRank, int kStages, int kRows = kRankTile>
 __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeParams p) {
+  static_assert(kRows == kRankTile || (kRows == 4 && kStages <= 0), "half blocks: registers");
   extern __shared__ uint4 ring[];
   __shared__ float warp_sums[kShrinkThreads / kWarp][kRankTile];
   __shared__ int last_split;
@@ -226,9 +231,9 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   const PairRoute route = load_pair_route(p, pair);
   const int64_t t = route.t, l = route.l, e = route.e;
   timeline_stamp(p.timeline_shrink, 1);
-  uint16_t* out = static_cast<uint16_t*>(p.shrink_out) + pair * kRank + rb * kRankTile;
+  uint16_t* out = static_cast<uint16_t*>(p.shrink_out) + pair * kRank + rb * kRows;
   if (l < 0) {  // padding or no LoRA: a zero row, never published
-    if (z == 0 && tid < kRankTile) out[tid] = 0;
+    if (z == 0 && tid < kRows) out[tid] = 0;
     if (p.pdl_mode == 2) pdl_trigger();
     timeline_stamp(p.timeline_shrink, 4);
     return;
@@ -239,24 +244,24 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
 
   const uint16_t* x_row = static_cast<const uint16_t*>(p.x) + t * p.H;
   const uint16_t* a_rows =
-      static_cast<const uint16_t*>(p.lora_a) + ((l * p.E + e) * kRank + rb * kRankTile) * p.H;
+      static_cast<const uint16_t*>(p.lora_a) + ((l * p.E + e) * kRank + rb * kRows) * p.H;
   const int64_t tiles = (p.H + kShrinkTile - 1) / kShrinkTile;
   const int64_t per_split = (tiles + p.splits - 1) / p.splits;
   const int64_t t0 = min(static_cast<int64_t>(z) * per_split, tiles);
   const int64_t t1 = min(static_cast<int64_t>(z + 1) * per_split, tiles);
-  float acc[kRankTile];
+  float acc[kRows];
 #pragma unroll
-  for (int i = 0; i < kRankTile; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kRows; ++i) acc[i] = 0.0f;
   if constexpr (kStages <= 0) {
-    shrink_tile_registers<kFp16, shrink_register_tiles<kStages>()>(t0, t1, p.H, x_row, a_rows,
-                                                                   acc);
+    shrink_tile_registers<kFp16, shrink_register_tiles<kStages>(), kRows>(t0, t1, p.H, x_row,
+                                                                          a_rows, acc);
   } else {
     shrink_tile_loop<kFp16, kStages>(ring, t0, t1, p.H, x_row, a_rows, acc);  // 2 or 3 stages
   }
   if (p.pdl_mode == 2) pdl_trigger();
   timeline_stamp(p.timeline_shrink, 3);
 
-  shrink_reduce_store<kFp16, kRank>(p, ri, pair, rb, z, acc, warp_sums, &last_split, out);
+  shrink_reduce_store<kFp16, kRank, kRows>(p, ri, pair, rb, z, acc, warp_sums, &last_split, out);
   if (publisher) publish_end(ri, ticket, t, pair);
   timeline_stamp(p.timeline_shrink, 4);
 }

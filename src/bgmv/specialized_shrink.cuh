@@ -56,7 +56,7 @@ CAKEMOE_DEVICE void specialized_shrink_fma(int t0, int t1, const uint4 (&xv)[kTi
 #pragma unroll
   for (int tile = 0; tile < kTiles; ++tile) {
     if (tile < t0 || tile >= t1 || !specialized_chunk_in<kHidden>(tile, tid)) continue;
-    shrink_fma_chunk<kFp16>(xv[tile], av[tile], acc);
+    shrink_fma_chunk<kFp16, kRankTile>(xv[tile], av[tile], acc);
   }
 }
 
@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) specialized_shrink_kernel(c
   if (p.pdl_mode == 2) pdl_trigger();
 
   // Same reduction and split finish as the generic shrink (the bits match).
-  shrink_reduce_store<kFp16, kRank>(p, ri, pair, rb, z, acc, warp_sums, &last_split, out);
+  shrink_reduce_store<kFp16, kRank, kRankTile>(p, ri, pair, rb, z, acc, warp_sums, &last_split,
+                                               out);
   if (publisher) publish_end(ri, ticket, t, pair);
 }
 

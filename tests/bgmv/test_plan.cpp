@@ -297,11 +297,12 @@ ProblemDesc desc(int64_t t, int64_t p, int64_t h, int64_t r, int64_t l, int64_t 
 }
 
 TEST(BgmvPlanChoice, CakeChoices) {
-  // The SM90 register-shrink region: form 3, one split (spec §4.1's rule would say (2, 3)).
+  // The SM90 register-shrink region: form 5 (64 half-block CTAs), one split (spec §4.1's rule
+  // would say (2, 3)).
   PlanChoice c = choose_cake_plan(desc(4, 8, 3072, 32, 2, 128));
   EXPECT_EQ(c.variant, Variant::kGeneric);
   ASSERT_TRUE(c.shrink_launch.has_value());
-  EXPECT_EQ(c.shrink_launch->form, 3);
+  EXPECT_EQ(c.shrink_launch->form, 5);
   EXPECT_EQ(c.shrink_launch->splits, 1);
   EXPECT_EQ(select_generic_shrink(8, 32, 3072, Arch::kSm90a).form, 2);
   EXPECT_EQ(select_generic_shrink(8, 32, 3072, Arch::kSm90a).splits, 3);

@@ -25,7 +25,8 @@ TEST(BgmvPlanDecode, Sm90DecodeDefaults) {
         const bool region = register_shrink_region(d.num_pairs, r, Arch::kSm90a);
         EXPECT_EQ(region, d.num_pairs <= 48 && d.num_pairs * (r / 8) <= 96) << at;
         if (region) {
-          EXPECT_EQ(c.shrink_launch->form, 3) << at;
+          // Form 5 (4-row blocks) while its P * R / 4 CTAs stay <= 64.
+          EXPECT_EQ(c.shrink_launch->form, d.num_pairs * r / 4 <= 64 ? 5 : 3) << at;
           EXPECT_EQ(c.shrink_launch->splits, 1) << at;
         } else {
           const ShrinkLaunch spec = select_generic_shrink(d.num_pairs, r, 3072, Arch::kSm90a);
@@ -62,6 +63,12 @@ TEST(BgmvPlanDecode, Sm90DecodeDefaults) {
   EXPECT_FALSE(register_shrink_region(64, 16, Arch::kSm90a));
   EXPECT_FALSE(register_shrink_region(49, 8, Arch::kSm90a));
   EXPECT_FALSE(register_shrink_region(48, 16, Arch::kSm100a));
+  // Form 5 inside the region up to 64 half-block CTAs: P 16 at rank 16 (64) yes, P 17 no.
+  EXPECT_EQ(plan_generic_shrink(16, 16, 3072, Arch::kSm90a).form, 5);
+  EXPECT_EQ(plan_generic_shrink(17, 16, 3072, Arch::kSm90a).form, 3);
+  EXPECT_EQ(plan_generic_shrink(4, 64, 3072, Arch::kSm90a).form, 5);
+  EXPECT_EQ(plan_generic_shrink(6, 64, 3072, Arch::kSm90a).form, 3);
+  EXPECT_NE(plan_generic_shrink(4, 64, 3072, Arch::kSm100a).form, 5);
   // Rank 32 takes the register form above the region from H 4096; never off SM90.
   EXPECT_EQ(plan_generic_shrink(64, 32, 4096, Arch::kSm90a).form, 3);
   EXPECT_EQ(plan_generic_shrink(64, 32, 3072, Arch::kSm90a).form,
@@ -99,8 +106,10 @@ TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
   EXPECT_EQ(forced.shrink_splits, 1);
   d.shrink_override = ShrinkLaunch{4, 1};  // form 4 (one k tile per register trip)
   EXPECT_EQ(choose_cake_plan(d).shrink_launch->form, 4);
-  for (const ShrinkLaunch bad : {ShrinkLaunch{1, 1}, ShrinkLaunch{5, 1}, ShrinkLaunch{3, 0},
-                                 ShrinkLaunch{3, 9}}) {
+  d.shrink_override = ShrinkLaunch{5, 1};  // form 5 (half rank blocks), one split only
+  EXPECT_EQ(choose_cake_plan(d).shrink_launch->form, 5);
+  for (const ShrinkLaunch bad : {ShrinkLaunch{1, 1}, ShrinkLaunch{6, 1}, ShrinkLaunch{5, 2},
+                                 ShrinkLaunch{3, 0}, ShrinkLaunch{3, 9}}) {
     d.shrink_override = bad;
     EXPECT_THROW(choose_cake_plan(d), InvalidArgument) << bad.form << "," << bad.splits;
   }
