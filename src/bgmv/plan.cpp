@@ -25,7 +25,8 @@ constexpr int kFormPrefill = 0;
 constexpr int kFormPrefillDeep = 2;
 constexpr int kFormRegisters = 3;  // x and A of 4 k tiles per trip in registers, no ring
 constexpr int kFormRegistersOne = 4;  // one k tile per trip: few registers, many CTAs per SM
-constexpr int kFormRegistersHalf = 5;  // form 3 over 4 rank rows: twice the CTAs, one split
+constexpr int kFormRegistersHalf = 5;     // form 3 over 4 rank rows: twice the CTAs, one split
+constexpr int kFormRegistersQuarter = 6;  // form 3 over 2 rank rows: 4x the CTAs, one split
 // SM90 decode region of the register form (H200 table with forced launches,
 // bench/results/2026-11-30_*_bgmv-decode.md): form 3 with one split beats the rings with splits,
 // the fused decode and the specialized body from T 1 up to these sizes. P 48 (T 8, k 6, rank 16:
@@ -494,11 +495,11 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
     shrink = *p.shrink_override;
     core::require(shrink.form == kFormPrefill || shrink.form == kFormPrefillDeep ||
                       shrink.form == kFormRegisters || shrink.form == kFormRegistersOne ||
-                      shrink.form == kFormRegistersHalf,
+                      shrink.form == kFormRegistersHalf || shrink.form == kFormRegistersQuarter,
                   "shrink_launch",
-                  "form must be 0, 2, 3, 4 or 5, got " + std::to_string(shrink.form));
-    core::require(shrink.form != kFormRegistersHalf || shrink.splits == 1, "shrink_launch",
-                  "form 5 takes one split, got " + std::to_string(shrink.splits));
+                  "form must be 0, 2, 3, 4, 5 or 6, got " + std::to_string(shrink.form));
+    core::require(shrink.form < kFormRegistersHalf || shrink.splits == 1, "shrink_launch",
+                  "forms 5 and 6 take one split, got " + std::to_string(shrink.splits));
     core::require(shrink.splits >= 1 && shrink.splits <= kSplitMax &&
                       (shrink.splits == 1 || p.num_pairs <= kSplitMaxPairs),
                   "shrink_launch",

@@ -1,8 +1,9 @@
 // Cake generic shrink (spec §4.1, §4.2): one CTA = one pair x 8 rank rows x one hidden split,
 // 128 threads, K streamed in 1024-wide tiles through a cp.async ring (kStages 2 or 3) or through
 // registers: kStages 0 (form 3) up to 4 tiles at once, kStages -1 (form 4) one tile at a time
-// (few registers, no shared memory: many CTAs per SM). Form 5 is form 3 over 4 rank rows (kRows
-// 4): twice the CTAs, each loading half the A bytes, for grids far below one CTA per SM. Canonical FP32 order of §3.2
+// (few registers, no shared memory: many CTAs per SM). Forms 5 and 6 are form 3 over 4 and 2
+// rank rows (kRows): 2x / 4x the CTAs, each loading 1/2 / 1/4 of the A bytes, for grids far below
+// one CTA per SM. Canonical FP32 order of §3.2
 // (docs/decisions/bgmv.md); route publishing of §3.3 by the split-0, rank-block-0 CTA.
 #pragma once
 
@@ -207,11 +208,12 @@ CAKEMOE_DEVICE PairRoute load_pair_route(const CakeParams& p, int64_t pair) {
   return r;
 }
 
-// NOTE: kRows 4 (form 5) is built for the register form with one split only: the split
-// counters and partials are laid out per 8-row block (the launcher refuses splits > 1).
+// NOTE: kRows 4 / 2 (forms 5 / 6) are built for the register form with one split only: the
+// split counters and partials are laid out per 8-row block (the launcher refuses splits > 1).
 template <bool kFp16, int kRank, int kStages, int kRows = kRankTile>
 __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeParams p) {
-  static_assert(kRows == kRankTile || (kRows == 4 && kStages <= 0), "half blocks: registers");
+  static_assert(kRows == kRankTile || ((kRows == 4 || kRows == 2) && kStages <= 0),
+                "4- and 2-row blocks: register form only");
   extern __shared__ uint4 ring[];
   __shared__ float warp_sums[kShrinkThreads / kWarp][kRankTile];
   __shared__ int last_split;

@@ -45,25 +45,27 @@ void launch_shrink_instance(const CakeParams& p, cudaStream_t stream) {
 }
 
 /// The unit launcher: form 0 = 2-stage ring, form 2 = 3-stage ring, form 3 = registers (4 k
-/// tiles per trip), form 4 = registers (1 k tile per trip), form 5 = form 3 in 4-row rank blocks
-/// (twice the CTAs, one split); dtype 0 bf16, 1 fp16.
+/// tiles per trip), form 4 = registers (1 k tile per trip), forms 5 / 6 = form 3 in 4- / 2-row
+/// rank blocks (2x / 4x the CTAs, one split); dtype 0 bf16, 1 fp16.
 template <int kRank>
 void launch_cake_shrink_rank(const CakeParams& p, void* stream) {
   if (p.R != kRank) throw InvalidArgument("rank", "the shrink unit was built for another rank");
-  if (p.form != 0 && p.form != 2 && p.form != 3 && p.form != 4 && p.form != 5) {
-    throw Unsupported("shrink_launch", "only shrink forms 0, 2, 3, 4 and 5 are built");
+  if (p.form != 0 && p.form != 2 && p.form != 3 && p.form != 4 && p.form != 5 && p.form != 6) {
+    throw Unsupported("shrink_launch", "only shrink forms 0, 2, 3, 4, 5 and 6 are built");
   }
   if (p.splits < 1 || p.splits > kMaxSplits || (p.splits > 1 && p.P > kMaxSplitPairs)) {
     throw InvalidArgument("shrink_launch", "splits must be 1..8, and 1 when P > 128");
   }
-  if (p.form == 5 && p.splits != 1) {
-    throw InvalidArgument("shrink_launch", "form 5 (half rank blocks) takes one split");
+  if ((p.form == 5 || p.form == 6) && p.splits != 1) {
+    throw InvalidArgument("shrink_launch", "forms 5 and 6 (4- and 2-row blocks) take one split");
   }
   if (p.P <= 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   const auto launch = [&](auto fp16) {
     constexpr bool kFp16 = decltype(fp16)::value;
-    if (p.form == 5) {
+    if (p.form == 6) {
+      launch_shrink_instance<kFp16, kRank, 0, kRankTile / 4>(p, s);
+    } else if (p.form == 5) {
       launch_shrink_instance<kFp16, kRank, 0, kRankTile / 2>(p, s);
     } else if (p.form == 4) {
       launch_shrink_instance<kFp16, kRank, -1>(p, s);

@@ -108,7 +108,8 @@ TEST(BgmvPlanShrinkOverride, FormAndSplitsAreTakenAndChecked) {
   EXPECT_EQ(choose_cake_plan(d).shrink_launch->form, 4);
   d.shrink_override = ShrinkLaunch{5, 1};  // form 5 (half rank blocks), one split only
   EXPECT_EQ(choose_cake_plan(d).shrink_launch->form, 5);
-  for (const ShrinkLaunch bad : {ShrinkLaunch{1, 1}, ShrinkLaunch{6, 1}, ShrinkLaunch{5, 2},
+  for (const ShrinkLaunch bad : {ShrinkLaunch{1, 1}, ShrinkLaunch{7, 1}, ShrinkLaunch{5, 2},
+                                 ShrinkLaunch{6, 2},
                                  ShrinkLaunch{3, 0}, ShrinkLaunch{3, 9}}) {
     d.shrink_override = bad;
     EXPECT_THROW(choose_cake_plan(d), InvalidArgument) << bad.form << "," << bad.splits;

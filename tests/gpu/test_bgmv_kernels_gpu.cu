@@ -112,7 +112,7 @@ TEST(BgmvKernelsGpu, LaunchersRejectWhatNoUnitImplements) {
   p.R = 32;
   p.form = 1;  // the decode form is never built
   EXPECT_THROW(launch_cake_shrink(p, nullptr), Unsupported);
-  p.form = 6;
+  p.form = 7;
   EXPECT_THROW(launch_cake_shrink(p, nullptr), Unsupported);
   p.form = 5;  // half rank blocks: one split only
   p.splits = 2;
@@ -208,9 +208,9 @@ TEST(BgmvKernelsGpu, EveryFormSplitScheduleAndPdlModeIsBitwiseExact) {
     spec.order = PairOrder::kSlotMajor;
     spec.seed = 5;
     const bgmv_test::Case c = bgmv_test::make_case(spec);
-    for (int form : {0, 2, 3, 4, 5}) {
+    for (int form : {0, 2, 3, 4, 5, 6}) {
       for (int splits : {1, 2, 3, 4}) {  // 4: the last split is empty
-        if (form == 5 && splits > 1) continue;  // form 5 takes one split
+        if (form >= 5 && splits > 1) continue;  // forms 5 and 6 take one split
         for (int pdl : {0, 1, 2}) {
           LaunchConfig cfg;
           cfg.form = form;
@@ -237,9 +237,9 @@ TEST(BgmvKernelsGpu, RegisterShrinkFormAcrossTripsIsBitwiseExact) {
     spec.order = PairOrder::kSlotMajor;
     spec.seed = 17 + static_cast<uint64_t>(rank);
     const bgmv_test::Case c = bgmv_test::make_case(spec);
-    for (int form : {3, 4, 5}) {
+    for (int form : {3, 4, 5, 6}) {
       for (int splits : {1, 2}) {
-        if (form == 5 && splits > 1) continue;  // form 5 takes one split
+        if (form >= 5 && splits > 1) continue;  // forms 5 and 6 take one split
         LaunchConfig cfg;
         cfg.form = form;
         cfg.splits = splits;
