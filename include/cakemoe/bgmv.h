@@ -27,8 +27,8 @@ struct BgmvOptions {
 
 /// Shrink launch shape of the generic Cake variant: (form, splits) (spec §4.1). Forms: 0 a
 /// 2-stage cp.async ring, 2 a 3-stage ring, 3 four k tiles per trip through registers, 4 one k
-/// tile per trip through registers, 5 form 3 over 4 rank rows per CTA (one split); the bits
-/// depend on splits only.
+/// tile per trip through registers, 5 / 6 form 3 over 4 / 2 rank rows per CTA (one split); the
+/// bits depend on splits only.
 struct ShrinkLaunch {
   int form = 0;
   int splits = 1;

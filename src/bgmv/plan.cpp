@@ -39,9 +39,10 @@ constexpr int64_t kRegisterShrinkRank32MinHidden = 4096;
 // rank and H (H200 session 9, call 1: 0.87-1.01 of the plan's form at 384-4096 CTAs, rank 16
 // T 256 / 512 k 2 0.87-0.88; 1.01-1.23 below 384, where fewer, fatter CTAs keep more in flight).
 constexpr int64_t kRegisterOneMinCtas = 384;
-// Form 5 inside the register region while its CTAs (P * R / 4) stay <= 64 (H200 session 10, call 5:
-// 0.93-0.99 of form 3 at 8-64 half-block CTAs; 1.05-1.16 at 96-192, where CTAs share SMs).
-constexpr int64_t kRegisterHalfMaxCtas = 64;
+// Forms 6 / 5 inside the register region while their CTAs (P * R / 2, P * R / 4) stay <= 64 (H200
+// session 10: form 5 0.93-0.99 of form 3 at 8-64 CTAs, 1.05-1.16 at 96-192 where CTAs share SMs;
+// form 6 0.94-0.99 of form 5 at 16-64 CTAs, 1.07-1.15 at 128).
+constexpr int64_t kRegisterSplitRowsMaxCtas = 64;
 // Generic expand schedule 2 (decode): 128 threads, one (column, lane) slot each, 8 routes a batch.
 constexpr int kScheduleDecode = 2;
 constexpr int64_t kDecodeScheduleMaxTokens = 4;
@@ -202,8 +203,10 @@ ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidd
 ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch) {
   ShrinkLaunch launch = select_generic_shrink(num_pairs, rank, hidden, arch);
   if (register_shrink_region(num_pairs, rank, arch)) {
-    const bool half = 2 * shrink_ctas(num_pairs, rank) <= kRegisterHalfMaxCtas;
-    return {half ? kFormRegistersHalf : kFormRegisters, 1};
+    const int64_t ctas = shrink_ctas(num_pairs, rank);  // 8-row blocks
+    if (4 * ctas <= kRegisterSplitRowsMaxCtas) return {kFormRegistersQuarter, 1};
+    if (2 * ctas <= kRegisterSplitRowsMaxCtas) return {kFormRegistersHalf, 1};
+    return {kFormRegisters, 1};
   }
   // Splits stay the selector's (1 from 128 CTAs on), so the form never changes a bit.
   if (arch == Arch::kSm90a && shrink_ctas(num_pairs, rank) >= kRegisterOneMinCtas) {

@@ -32,10 +32,11 @@ struct Capability {
 // ---- Selectors ----------------------------------------------------------------------------------
 
 /// SM90 decode sizes (P <= 48 pairs and P * R / 8 <= 96 shrink CTAs) where the generic plan takes
-/// the register shrink with one split (form 5 while P * R / 4 <= 64, else form 3).
+/// the register shrink with one split: form 6 (2-row blocks) while P * R / 2 <= 64, form 5 (4-row
+/// blocks) while P * R / 4 <= 64, else form 3.
 bool register_shrink_region(int64_t num_pairs, int64_t rank, Arch arch);
 /// The generic plan's shrink (and the splits every variant uses, so their bits agree): spec
-/// §4.1's rule (select_generic_shrink), except on SM90 (cakemoe deviations, measured): form 5
+/// §4.1's rule (select_generic_shrink), except on SM90 (cakemoe deviations, measured): form 6, 5
 /// or 3 with one split in the register-shrink region, form 4 from 384 shrink CTAs (P * R / 8), and
 /// below that form 3 with spec's splits at rank 64 and at rank 32 with H >= 4096.
 ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);
@@ -188,7 +189,7 @@ struct ProblemDesc {
   std::optional<bool> order_remap;       ///< forced value, or heuristic when unset
   int variant_override = -1;             ///< -1 select_variant, 0 generic, 1 specialized (forced)
   int schedule_override = -1;            ///< specialized schedule 0 / 1 / 2 forced; -1 selector
-  /// Generic shrink (form 0 / 2 / 3 / 4 / 5, splits) forced instead of plan_generic_shrink's.
+  /// Generic shrink (form 0 / 2 / 3 / 4 / 5 / 6, splits) forced instead of plan_generic_shrink's.
   std::optional<ShrinkLaunch> shrink_override;
   /// Generic expand schedule 0 (narrow) / 1 (wide) / 2 (decode) forced instead of
   /// plan_generic_schedule's.
@@ -201,8 +202,8 @@ struct ProblemDesc {
 /// specialized shapes, InvalidArgument("grouped" / "order_remap") when that pipeline is forced too,
 /// and Unsupported("variant") when its unit is not built; schedule_override raises
 /// InvalidArgument("schedule_id") outside 0..2 or on a plan that is not specialized;
-/// shrink_override raises InvalidArgument("shrink_launch") for a form other than 0, 2, 3, 4, 5,
-/// splits outside 1..8, splits > 1 with more than 128 pairs, or form 5 with splits > 1.
+/// shrink_override raises InvalidArgument("shrink_launch") for a form other than 0, 2, 3, 4, 5, 6,
+/// splits outside 1..8, splits > 1 with more than 128 pairs, or form 5 / 6 with splits > 1.
 PlanChoice choose_cake_plan(const ProblemDesc& problem);
 /// A pipeline the caller forced on (grouped or order_remap = true): each exists
 /// only in the generic variant, so the selector keeps such a plan generic.

@@ -297,7 +297,7 @@ ProblemDesc desc(int64_t t, int64_t p, int64_t h, int64_t r, int64_t l, int64_t 
 }
 
 TEST(BgmvPlanChoice, CakeChoices) {
-  // The SM90 register-shrink region: form 5 (64 half-block CTAs), one split (spec §4.1's rule
+  // The SM90 register-shrink region: form 5 (64 CTAs of 4 rows), one split (spec §4.1's rule
   // would say (2, 3)).
   PlanChoice c = choose_cake_plan(desc(4, 8, 3072, 32, 2, 128));
   EXPECT_EQ(c.variant, Variant::kGeneric);

@@ -25,8 +25,10 @@ TEST(BgmvPlanDecode, Sm90DecodeDefaults) {
         const bool region = register_shrink_region(d.num_pairs, r, Arch::kSm90a);
         EXPECT_EQ(region, d.num_pairs <= 48 && d.num_pairs * (r / 8) <= 96) << at;
         if (region) {
-          // Form 5 (4-row blocks) while its P * R / 4 CTAs stay <= 64.
-          EXPECT_EQ(c.shrink_launch->form, d.num_pairs * r / 4 <= 64 ? 5 : 3) << at;
+          // Form 6 (2-row blocks) while its P * R / 2 CTAs stay <= 64, then form 5 (4-row
+          // blocks, P * R / 4), then form 3.
+          const int64_t pr = d.num_pairs * r;
+          EXPECT_EQ(c.shrink_launch->form, pr / 2 <= 64 ? 6 : pr / 4 <= 64 ? 5 : 3) << at;
           EXPECT_EQ(c.shrink_launch->splits, 1) << at;
         } else {
           const ShrinkLaunch spec = select_generic_shrink(d.num_pairs, r, 3072, Arch::kSm90a);
@@ -63,12 +65,16 @@ TEST(BgmvPlanDecode, Sm90DecodeDefaults) {
   EXPECT_FALSE(register_shrink_region(64, 16, Arch::kSm90a));
   EXPECT_FALSE(register_shrink_region(49, 8, Arch::kSm90a));
   EXPECT_FALSE(register_shrink_region(48, 16, Arch::kSm100a));
-  // Form 5 inside the region up to 64 half-block CTAs: P 16 at rank 16 (64) yes, P 17 no.
+  // Forms 6 / 5 inside the region up to 64 CTAs of 2 / 4 rows: at rank 16 P 8 takes form 6, P 9
+  // and P 16 form 5, P 17 form 3; at rank 64 P 2 form 6, P 4 form 5, P 6 form 3.
+  EXPECT_EQ(plan_generic_shrink(8, 16, 3072, Arch::kSm90a).form, 6);
+  EXPECT_EQ(plan_generic_shrink(9, 16, 3072, Arch::kSm90a).form, 5);
   EXPECT_EQ(plan_generic_shrink(16, 16, 3072, Arch::kSm90a).form, 5);
   EXPECT_EQ(plan_generic_shrink(17, 16, 3072, Arch::kSm90a).form, 3);
+  EXPECT_EQ(plan_generic_shrink(2, 64, 3072, Arch::kSm90a).form, 6);
   EXPECT_EQ(plan_generic_shrink(4, 64, 3072, Arch::kSm90a).form, 5);
   EXPECT_EQ(plan_generic_shrink(6, 64, 3072, Arch::kSm90a).form, 3);
-  EXPECT_NE(plan_generic_shrink(4, 64, 3072, Arch::kSm100a).form, 5);
+  EXPECT_LT(plan_generic_shrink(4, 64, 3072, Arch::kSm100a).form, 5);
   // Rank 32 takes the register form above the region from H 4096; never off SM90.
   EXPECT_EQ(plan_generic_shrink(64, 32, 4096, Arch::kSm90a).form, 3);
   EXPECT_EQ(plan_generic_shrink(64, 32, 3072, Arch::kSm90a).form,
