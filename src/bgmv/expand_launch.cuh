@@ -61,7 +61,7 @@ void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
 /// thread (route discovery amortised over 128 columns).
 /// Schedule 2, decode: 128 threads, one (column, lane) slot each (128 / G columns per CTA) and 8
 /// routes per batch, so up to 8 routes' B are in registers before the wait and the shrink rows
-/// are one trip after it (116 registers; SM90 plans take it at T <= 4 with 6-8 routes a token).
+/// are one trip after it (116 registers; where SM90 plans take it: plan_generic_schedule).
 template <bool kFp16, int kRank>
 void launch_expand_schedule(const CakeParams& p, cudaStream_t stream) {
   constexpr int kGroups = kRank / 8;
