@@ -33,11 +33,13 @@ struct CakeParams {
   const int32_t* order = nullptr;
   int64_t T = 0, H = 0, R = 0, P = 0, L = 0, E = 0;
   /// shrink: 0 = 2-stage ring, 2 = 3-stage ring, 3 = registers with 4 k tiles per trip,
-  /// 4 = registers with 1 k tile per trip (no form 1)
+  /// 4 = registers with 1 k tile per trip, 5 / 6 = form 3 over 4 / 2 rank rows per CTA (one
+  /// split only) (no form 1)
   int form = 0;
   int splits = 1;  ///< hidden splits of the shrink (spec §4.2), 1..8
   /// expand (R/8 lanes per column): 0 = 64 threads x 64/(R/8) columns, one column lane each;
-  /// 1 = 128 threads x 128 columns, R/8 column lanes each
+  /// 1 = 128 threads x 128 columns, R/8 column lanes each; 2 = 128 threads x 128/(R/8) columns,
+  /// one column lane each, 8 routes per batch (decode)
   int schedule_id = 0;
   int pdl_mode = 0;  ///< spec §4.4: 0 plain, 1 early trigger, 2 late trigger
   /// 1: the expand stages the contiguous pair before its wait where it applies (expand_cake.cuh,
@@ -49,7 +51,8 @@ struct CakeParams {
   unsigned long long* timeline_expand = nullptr;
 };
 
-/// Shrink: grid (P, R/8, splits) x 128 threads. Writes shrink_out and publishes routes (§3.3).
+/// Shrink: grid (P, R/8, splits) x 128 threads (forms 5 / 6: R/4 or R/2 blocks, one split). Writes
+/// shrink_out and publishes routes (§3.3).
 void launch_cake_shrink(const CakeParams& params, void* stream);
 /// Expand: grid (T, ceil(H / cols)). With pdl_mode != 0 it is launched as a programmatic
 /// dependent of the preceding shrink on the same stream (launch it right after the shrink).
