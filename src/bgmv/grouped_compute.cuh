@@ -222,8 +222,7 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   const uint16_t* x_first[kGroupShrinkPart];
 #pragma unroll
   for (int i = 0; i < kGroupShrinkPart; ++i) {
-    const int entry = w.sorted_routes[first + min(i, first_part - 1)];
-    x_first[i] = static_cast<const uint16_t*>(p.x) + route_token(p, entry) * h;
+    x_first[i] = route_x_row(p, w.sorted_routes[first + min(i, first_part - 1)], h);
   }
   // Staged vector (row, t) of this thread: stage_vec[(t * rows + row) * 128 + tid], rows = A's 8
   // then (kStage 2) the first part's x rows.
@@ -254,8 +253,7 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
 #pragma unroll
     for (int i = 0; i < kGroupShrinkPart; ++i) {
       const int entry = w.sorted_routes[first + part + min(i, n - 1)];
-      xs[i] = part == 0 ? x_first[i]
-                        : static_cast<const uint16_t*>(p.x) + route_token(p, entry) * h;
+      xs[i] = part == 0 ? x_first[i] : route_x_row(p, entry, h);
     }
     float total = 0.0f;  // owned by thread i * 8 + r < 32
     for (int z = 0; z < p.splits; ++z) {

@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
     const uint16_t* xs[kGroupShrinkPart];
 #pragma unroll
     for (int i = 0; i < kGroupShrinkPart; ++i) {
-      const int entry = w.sorted_routes[first + part + min(i, n - 1)];  // spair: no barrier yet
-      xs[i] = static_cast<const uint16_t*>(p.x) + route_token(p, entry) * h;
+      // NOTE: from sorted_routes, not spair: no barrier yet.
+      xs[i] = route_x_row(p, w.sorted_routes[first + part + min(i, n - 1)], h);
     }
     const float total = shrink_staged_part<kBf16>(p, stage, n, xs, part == 0, red);
     if (tid < n * kRankTile) {

@@ -66,6 +66,11 @@ CAKEMOE_DEVICE int route_pair(const GroupedParams& p, int entry) {
 CAKEMOE_DEVICE int64_t route_token(const GroupedParams& p, int entry) {
   return p.packed_routes ? static_cast<int64_t>(entry >> 16) : p.sorted_token_ids[entry];
 }
+/// The x row of a sorted_routes entry's token (`hidden`: p.hidden, as the caller holds it).
+CAKEMOE_DEVICE const uint16_t* route_x_row(const GroupedParams& p, int entry,
+                                            int64_t hidden) {
+  return static_cast<const uint16_t*>(p.x) + route_token(p, entry) * hidden;
+}
 
 CAKEMOE_DEVICE void hist_chunk(const GroupedParams& p, int* begin, int* end) {
   const int chunk = (p.num_pairs + p.hist_ctas - 1) / p.hist_ctas;
