@@ -500,7 +500,7 @@ TEST(BgmvKernelsGpu, PortableSpecFallbackShapes) {
 /// One Cake problem over several forced expand schedules and PDL modes (fresh route index each).
 /// Every schedule (narrow, wide, decode) x every PDL mode x both pre-wait settings
 /// (CakeParams::prewait: the staged contiguous pair of P > 256 against the route-index path alone).
-void check_expand_variants(const CaseSpec& spec, bgmv_test::Case& c, int runs, const char* label) {
+void check_expand_variants(bgmv_test::Case& c, int runs, const char* label) {
   for (int schedule : {0, 1, 2}) {
     for (int pdl : {0, 1, 2}) {
       for (int prewait : {1, 0}) {
@@ -508,7 +508,7 @@ void check_expand_variants(const CaseSpec& spec, bgmv_test::Case& c, int runs, c
         cfg.schedule = schedule;
         cfg.pdl = pdl;
         cfg.prewait = prewait;
-        SCOPED_TRACE(std::string(label) + " k=" + std::to_string(spec.top_k) +
+        SCOPED_TRACE(std::string(label) + " k=" + std::to_string(c.spec.top_k) +
                      " prewait=" + std::to_string(prewait));
         check_cake(c, cfg, runs, "forced schedule / pdl / prewait");
         if (::testing::Test::HasFatalFailure()) return;
@@ -562,7 +562,7 @@ TEST(BgmvKernelsGpu, ExpandLaneLayoutLargeTopKSmallTokens) {
         r, 32, static_cast<uint64_t>(r.hidden + 17 * r.rank + 5 * r.tokens + r.top_k));
     SCOPED_TRACE("H=" + std::to_string(r.hidden) + " R=" + std::to_string(r.rank) +
                  " T=" + std::to_string(r.tokens));
-    check_expand_variants(c.spec, c, 2, "lane layout");
+    check_expand_variants(c, 2, "lane layout");
     if (HasFatalFailure()) return;
   }
 }
@@ -611,7 +611,7 @@ TEST(BgmvKernelsGpu, ExpandPrewaitScanLimitBothSides) {
     bgmv_test::Case c = bgmv_test::make_case(spec);
     if (above) c.add_pair(-1, 0, 0.0f);
     ASSERT_EQ(c.num_pairs(), above ? 257 : 256);
-    check_expand_variants(spec, c, 3, above ? "P 257" : "P 256");
+    check_expand_variants(c, 3, above ? "P 257" : "P 256");
     if (HasFatalFailure()) return;
   }
   // Contiguous top-2: P == 256 (scan) and P == 258 (implicit pairs 2t, 2t+1, nothing published).
@@ -622,7 +622,7 @@ TEST(BgmvKernelsGpu, ExpandPrewaitScanLimitBothSides) {
     spec.rank = 32;
     spec.seed = 300 + static_cast<uint64_t>(tokens);
     bgmv_test::Case c = bgmv_test::make_case(spec);
-    check_expand_variants(spec, c, 3, "contiguous top-2");
+    check_expand_variants(c, 3, "contiguous top-2");
     if (HasFatalFailure()) return;
   }
 }
@@ -640,7 +640,7 @@ TEST(BgmvKernelsGpu, ContiguousLayoutAboveScanLimitWithARouteElsewhere) {
   bgmv_test::Case c = bgmv_test::make_case(spec);
   c.lora_indices[2] = 1;
   c.sorted_token_ids[2 * spec.tokens - 1] = 2;
-  check_expand_variants(spec, c, 4, "contiguous + published route, P 280");
+  check_expand_variants(c, 4, "contiguous + published route, P 280");
 }
 
 // The contiguous pair staged before the wait (kPrewaitPair, P > 256, P == 2T) gives the bits of
@@ -660,7 +660,7 @@ TEST(BgmvKernelsGpu, StagedContiguousPairIsBitwiseExact) {
     c.lora_indices[5] = -1;
     c.sorted_token_ids[2 * spec.tokens - 1] = 2;  // token 2 also owns the last pair
     c.sorted_token_ids[9] = -1;                   // token 4 keeps only pair 8
-    check_expand_variants(spec, c, 4, rank == 16 ? "staged pair r16" : "staged pair r64");
+    check_expand_variants(c, 4, rank == 16 ? "staged pair r16" : "staged pair r64");
     if (HasFatalFailure()) return;
   }
 }
@@ -685,7 +685,7 @@ TEST(BgmvKernelsGpu, SerialScanAcrossChunksAboveScanLimit) {
       c.add_pair(3, i % spec.experts, 0.01f * static_cast<float>(i % 5));
     }
     ASSERT_EQ(c.num_pairs(), 316);
-    check_expand_variants(spec, c, 2, "serial scan, two chunks");
+    check_expand_variants(c, 2, "serial scan, two chunks");
     if (HasFatalFailure()) return;
   }
 }
