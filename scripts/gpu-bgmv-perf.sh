@@ -87,14 +87,18 @@ step() {
   return "$rc"
 }
 
-if ! step configure "$out/build.log" 120 \
-       bash -c "source '$CAKEMOE_ROOT/scripts/common.sh'; cakemoe_configure '$build' all \
-                -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON \
-                ${ncu_source:+-DCMAKE_CUDA_FLAGS=-lineinfo}" ||
-   ! step build "$out/build.log" 300 cmake --build "$build" -j "$(nproc)"; then
-  tail -n 30 "$out/build.log"
-  cat "$summary"
-  exit 1
+# The default build serves every step but --timeline (which has its own): skip it when nothing
+# else runs (e.g. --no-tests --no-ncu --no-bench --timeline=...).
+if ((tests_on || bench_on || variants || ncu_on)) || [[ -n "$sanitize_filter$sweep$ncu_source" ]]; then
+  if ! step configure "$out/build.log" 120 \
+         bash -c "source '$CAKEMOE_ROOT/scripts/common.sh'; cakemoe_configure '$build' all \
+                  -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON \
+                  ${ncu_source:+-DCMAKE_CUDA_FLAGS=-lineinfo}" ||
+     ! step build "$out/build.log" 300 cmake --build "$build" -j "$(nproc)"; then
+    tail -n 30 "$out/build.log"
+    cat "$summary"
+    exit 1
+  fi
 fi
 bench="$build/bench/bench_bgmv"
 if ((tests_on)); then
