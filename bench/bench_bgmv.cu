@@ -3,7 +3,7 @@
 // bench_bgmv_common.cuh), median of >= 50 reps, GB/s against bytes_min, and the ratio to the
 // portable path of the same inputs in the same run.
 //
-//   bench_bgmv [--quick] [--stages] [--variants] [--specialized] [--flush=memset] [--reps=N]
+//   bench_bgmv [--quick] [--stages] [--variants] [--specialized] [--flush=memset|none] [--reps=N]
 //              [--budget=SECONDS] [--rows=H,R,T,k,L[,E];...] [--benchmark_out=FILE ...]
 //              [--timeline=H,R,T,k,L[,E]]
 //
@@ -18,7 +18,8 @@
 // --shape=H,R,T,k,L runs one shape of it (E 128), e.g. under ncu. --specialized: the specialized
 // variant (spec §7) in each schedule against the generic plan, H 2688 / 3072, rank 32, T 1..2048
 // (bench_bgmv_variants.cuh). --flush=memset: the flush of the
-// 2026-11-29 results (a 256 MB memset per rep, which leaves dirty lines in L2). --timeline: per-CTA
+// 2026-11-29 results (a 256 MB memset per rep, which leaves dirty lines in L2); --flush=none: no
+// flush (diagnostics: what a phase waits on HBM for). --timeline: per-CTA
 // event stamps of one row's Cake and portable per-route kernels (bench_bgmv_timeline.cuh; builds
 // configured with -DCAKEMOE_BGMV_TIMELINE=ON).
 #include <cuda_runtime.h>
@@ -217,6 +218,7 @@ int run(int argc, char** argv) {
     if (arg.rfind("--rows=", 0) == 0) only_rows = arg.substr(7);
     if (arg.rfind("--timeline=", 0) == 0) timeline = arg.substr(11);
     if (arg == "--flush=memset") flush = FlushMode::kMemset;
+    if (arg == "--flush=none") flush = FlushMode::kNone;
     if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::stoi(arg.substr(7)));
     if (arg.rfind("--budget=", 0) == 0) budget_s = std::stod(arg.substr(9));
     if (arg.rfind("--benchmark_out=", 0) == 0) json = arg.substr(16);
