@@ -172,11 +172,12 @@ bool row_selected(const std::string& rows, const Shape& s) {
   size_t at = 0;
   while (at < rows.size()) {
     const size_t end = std::min(rows.find(';', at), rows.size());
-    long long h = 0, r = 0, t = 0, k = 0, l = 0, e = 0;
-    const int got = std::sscanf(rows.substr(at, end - at).c_str(), "%lld,%lld,%lld,%lld,%lld,%lld",
-                                &h, &r, &t, &k, &l, &e);
-    if (got >= 5 && h == s.hidden && r == s.rank && t == s.tokens && k == s.top_k &&
-        l == s.loras && (got == 5 || e == s.experts)) {
+    Shape want{};
+    bool has_experts = false;
+    if (parse_shape(rows.substr(at, end - at), &want, &has_experts) &&
+        want.hidden == s.hidden && want.rank == s.rank && want.tokens == s.tokens &&
+        want.top_k == s.top_k && want.loras == s.loras &&
+        (!has_experts || want.experts == s.experts)) {
       return true;
     }
     at = end + 1;

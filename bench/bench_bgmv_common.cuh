@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -197,6 +198,18 @@ struct Bench {
 struct Shape {
   int64_t hidden, rank, tokens, top_k, loras, experts;
 };
+
+/// "H,R,T,k,L[,E]" (--rows, --timeline) into `s`, E 128 when left out; `has_experts` says whether
+/// it was given. False unless at least the first five fields parse.
+bool parse_shape(const std::string& text, Shape* s, bool* has_experts = nullptr) {
+  long long h = 0, r = 0, t = 0, k = 0, l = 0, e = 128;
+  const int got =
+      std::sscanf(text.c_str(), "%lld,%lld,%lld,%lld,%lld,%lld", &h, &r, &t, &k, &l, &e);
+  if (got < 5) return false;
+  *s = Shape{h, r, t, k, l, e};
+  if (has_experts != nullptr) *has_experts = got == 6;
+  return true;
+}
 
 /// Routing of one shape: token-major top-k distinct experts, every token with a LoRA.
 struct Routing {

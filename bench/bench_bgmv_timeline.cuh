@@ -114,12 +114,11 @@ int run_timeline_mode(Bench& bench, const std::string& row) {
               row.c_str());
   return 2;
 #else
-  long long h = 0, r = 0, t = 0, k = 0, l = 0, e = 128;
-  if (std::sscanf(row.c_str(), "%lld,%lld,%lld,%lld,%lld,%lld", &h, &r, &t, &k, &l, &e) < 5) {
+  Shape s{};
+  if (!parse_shape(row, &s)) {
     std::printf("--timeline=H,R,T,k,L[,E], got %s\n", row.c_str());
     return 2;
   }
-  const Shape s{h, r, t, k, l, e};
   const TableBuffers buf(s.loras * s.experts * s.rank * s.hidden, s.tokens * s.hidden);
   const Inputs in(s, buf.a, buf.b, buf.x);
   // The widest grids: shrink P x R/8 x 8 splits, expand T x H/8 (cake) or P x H/128 (portable).
@@ -144,8 +143,9 @@ int run_timeline_mode(Bench& bench, const std::string& row) {
     const unsigned long long t0 = first_stamp(sh, ex);
     std::printf("%s H %lld R %lld T %lld k %lld L %lld E %lld: %s, median %.2f us, stamped "
                 "replay %.2f us\n",
-                portable ? "portable" : "cake", h, r, t, k, l, e, plan_label(plan).c_str(), us,
-                one);
+                portable ? "portable" : "cake", (long long)s.hidden, (long long)s.rank,
+                (long long)s.tokens, (long long)s.top_k, (long long)s.loras, (long long)s.experts,
+                plan_label(plan).c_str(), us, one);
     if (t0 == ~0ull) {
       std::printf("  no stamps (grouped or specialized shrink: not instrumented)\n");
       continue;
