@@ -85,9 +85,10 @@ struct PrepareInternals {
   /// the whole pipeline). The bench times these prefixes to split a pipelined plan into stages;
   /// a plan cut short leaves y unwritten.
   int grouped_last_stage = 3;
-  /// Timeline builds (CAKEMOE_BGMV_TIMELINE; bench_bgmv --timeline): device buffers of
-  /// P * ceil(H / 8) * kTimelineEvents * 3 words each that the per-route and portable shrink /
-  /// expand kernels stamp (cake_device.cuh timeline_stamp); nullptr: none.
+  /// Timeline builds (CAKEMOE_BGMV_TIMELINE; bench_bgmv --timeline): device buffers that the
+  /// per-route and portable shrink / expand kernels stamp (cake_device.cuh timeline_stamp),
+  /// kTimelineEvents * kTimelineWords words per CTA of the widest grid that stamps into each (the
+  /// kernels do not check: bench_bgmv_timeline.cuh sizes them); nullptr: none.
   unsigned long long* timeline_shrink = nullptr;
   unsigned long long* timeline_expand = nullptr;
 };

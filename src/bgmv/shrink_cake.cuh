@@ -3,8 +3,8 @@
 // registers: kStages 0 (form 3) up to 4 tiles at once, kStages -1 (form 4) one tile at a time
 // (few registers, no shared memory: many CTAs per SM). Forms 5 and 6 are form 3 over 4 and 2
 // rank rows (kRows): 2x / 4x the CTAs, each loading 1/2 / 1/4 of the A bytes, for grids far below
-// one CTA per SM. Canonical FP32 order of §3.2
-// (docs/decisions/bgmv.md); route publishing of §3.3 by the split-0, rank-block-0 CTA.
+// one CTA per SM. Canonical FP32 order of §3.2 (docs/decisions/bgmv.md); route publishing of
+// §3.3 by the split-0, rank-block-0 CTA.
 #pragma once
 
 #include <cuda_runtime.h>
