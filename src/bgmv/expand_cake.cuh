@@ -375,17 +375,21 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
 
   // Route index words (§3.3): read by every CTA, used by the epilogue of column block 0.
   const RouteIndex ri{p.route_index, p.T};
-  uint32_t parity = 0, count = 0, launch = 0;
+  uint32_t parity_word = 0, count = 0, launch = 0;
   if (tid == 0) {
     // Independent loads, one round trip: both bases, then pick by parity.
     // NOTE: base_{1-parity} may be being rewritten by column block 0 of this token; its value is
     // discarded, only base_parity (stable during this launch) is used.
-    parity = load_word(ri.parity()) & 1u;
+    // NOTE: the word stays raw until it is needed: with the scanned list (early) nothing uses it
+    // before the epilogue, and `& 1u` here made warp 0 wait one L2 trip before its shrink-row
+    // loads, a second dependent trip after the PDL wait that the other warps did not have.
+    parity_word = load_word(ri.parity());
     count = load_word(ri.count(t));
     const uint32_t base_even = load_word(ri.base(t, 0));
     const uint32_t base_odd = load_word(ri.base(t, 1));
     if (t == 0 && blockIdx.y == 0) launch = load_word(ri.launch_counter());
     if (!early) {
+      const uint32_t parity = parity_word & 1u;
       if constexpr (kPrewait == kPrewaitPair) {
         const uint32_t published = count - (parity != 0 ? base_odd : base_even);
         if (p.P == 2 * p.T && sh.count == 2 && published == 0) {
@@ -443,7 +447,7 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
   // §3.3 epilogue: only the other parity's base changes, so sibling CTAs of this token that still
   // read base_parity are undisturbed; token 0 advances the launch counter.
   if (tid == 0 && blockIdx.y == 0) {
-    *ri.base(t, parity ^ 1u) = count;
+    *ri.base(t, (parity_word & 1u) ^ 1u) = count;
     if (t == 0) *ri.launch_counter() = launch + 1u;
   }
   timeline_stamp(p.timeline_expand, 4);
