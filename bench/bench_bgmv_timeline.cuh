@@ -5,7 +5,8 @@
 //   shrink: 0 entry, 1 route known, 3 FMAs done, 4 exit (2 unused);
 //   expand: 0 entry, 1 pre-wait work done, 2 griddepcontrol.wait returned, 3 accumulated, 4 exit,
 //   5 the pre-wait B registers landed (the CTA waits for them before its PDL wait; Cake: early
-//   path only).
+//   path only), 6 the first shrink rows landed after the wait (Cake: first batch of the route
+//   list; portable: thread 0's element of the pair's row).
 // Times print in ns from the earliest stamp of the replay; "cyc" columns are clock64 deltas from
 // the CTA's own entry (one SM's clock, immune to a coarse %globaltimer tick).
 #pragma once

@@ -91,6 +91,7 @@ __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const Po
   timeline_stamp(p.timeline_expand, 2);
   const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out) + (s * p.P + pair) * p.R;
   for (int64_t r = threadIdx.x; r < p.R; r += kPortableCols) s_row[r] = widen<kFp16>(shrink[r]);
+  timeline_stamp(p.timeline_expand, 6);  // (thread 0's element of the shrink row has landed)
   __syncthreads();
   if (!live) return;
   float v[kGroups];
