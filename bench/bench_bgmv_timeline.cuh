@@ -3,7 +3,10 @@
 // -DCAKEMOE_BGMV_TIMELINE=ON; other builds say so and stop). Thread 0 of every shrink and expand
 // CTA records (%globaltimer, clock64, %smid) at each event of cake_device.cuh timeline_stamp:
 //   shrink: 0 entry, 1 route known, 3 FMAs done, 4 exit (2 unused);
-//   expand: 0 entry, 1 pre-wait work done, 2 griddepcontrol.wait returned, 3 accumulated, 4 exit.
+//   expand: 0 entry, 1 pre-wait work done, 2 griddepcontrol.wait returned, 3 accumulated, 4 exit,
+//   5 the pre-wait B registers landed (the CTA waits for them before its PDL wait; Cake: early
+//   path only), 6 the first shrink rows landed after the wait (Cake: first batch of the route
+//   list; portable: thread 0's element of the pair's row).
 // Times print in ns from the earliest stamp of the replay; "cyc" columns are clock64 deltas from
 // the CTA's own entry (one SM's clock, immune to a coarse %globaltimer tick).
 #pragma once

@@ -123,8 +123,38 @@ CAKEMOE_DEVICE void discard_l2_line(const void* gmem) {
 // ---- Timeline builds (CAKEMOE_BGMV_TIMELINE, bench_bgmv --timeline) ----------------------------
 
 /// Events per CTA and words per event (globaltimer ns, clock64, SM id) of a timeline buffer.
-constexpr int kTimelineEvents = 5;
+constexpr int kTimelineEvents = 7;
 constexpr int kTimelineWords = 3;
+
+/// Timeline builds only: waits until every register of `v` has landed (a dependent use that
+/// compiles to no instruction but the wait), so the next stamp says when those loads completed.
+template <int kN, int kM>
+CAKEMOE_DEVICE void timeline_wait_for(const uint4 (&v)[kN][kM]) {
+#if defined(CAKEMOE_BGMV_TIMELINE) && defined(__CUDA_ARCH__)
+  uint32_t all = 0;
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) all ^= v[n][m].x ^ v[n][m].y ^ v[n][m].z ^ v[n][m].w;
+  }
+  asm volatile("" ::"r"(all));
+#else
+  (void)v;
+#endif
+}
+
+/// The same for a one-dimensional array of registers.
+template <int kN>
+CAKEMOE_DEVICE void timeline_wait_for(const uint4 (&v)[kN]) {
+#if defined(CAKEMOE_BGMV_TIMELINE) && defined(__CUDA_ARCH__)
+  uint32_t all = 0;
+#pragma unroll
+  for (int n = 0; n < kN; ++n) all ^= v[n].x ^ v[n].y ^ v[n].z ^ v[n].w;
+  asm volatile("" ::"r"(all));
+#else
+  (void)v;
+#endif
+}
 
 /// Thread 0 of the CTA records event `event` of CTA `cta` (the linear block index) into `tl`.
 /// Compiled to nothing unless CAKEMOE_BGMV_TIMELINE is defined.

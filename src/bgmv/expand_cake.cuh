@@ -242,15 +242,20 @@ CAKEMOE_DEVICE void prefetch_b_l2(const uint16_t* lora_b, const ExpandShared& sh
 /// One batch, routes [j0, j0 + kBatch) of sh with their B vectors in bv: loads the shrink rows
 /// (L2), then the §3.2 per-route arithmetic: part = fma chain over the lane's 8 ranks from 0,
 /// then acc = fma(part, w, acc) in ascending route order. Slots past n leave acc untouched.
+/// `timeline`: timeline builds only, event 6 when the first batch's shrink rows landed.
 template <bool kFp16, int kRank, int kItems, int kBatch, class Lanes>
 CAKEMOE_DEVICE void expand_batch(const uint16_t* shrink, const ExpandShared& sh, int j0, int n,
                                  const Lanes& ln, const uint4 (&bv)[kBatch][kItems],
-                                 float (&acc)[kItems]) {
+                                 float (&acc)[kItems], unsigned long long* timeline = nullptr) {
   uint4 sv[kBatch];
 #pragma unroll
   for (int j = 0; j < kBatch; ++j) {
     const int64_t pair = sh.routes[min(j0 + j, n - 1)];
     sv[j] = __ldcg(reinterpret_cast<const uint4*>(shrink + pair * kRank) + ln.g);
+  }
+  if (timeline != nullptr && j0 == 0) {  // (compiled out of default builds with the stamps)
+    timeline_wait_for(sv);
+    timeline_stamp(timeline, 6);
   }
   // The batch's fma chains interleaved step by step (each chain keeps its own order), so the
   // first FMAs already need every load of the batch.
@@ -290,7 +295,7 @@ CAKEMOE_DEVICE void expand_routes(const CakeParams& p, const ExpandShared& sh, i
   const uint16_t* lora_b = static_cast<const uint16_t*>(p.lora_b);
   int j0 = 0;
   if (b_ready && n > 0) {
-    expand_batch<kFp16, kRank, kItems, kBatch>(shrink, sh, 0, n, ln, bv, acc);
+    expand_batch<kFp16, kRank, kItems, kBatch>(shrink, sh, 0, n, ln, bv, acc, p.timeline_expand);
     j0 = kBatch;
   }
   for (; j0 < n; j0 += kBatch) {
@@ -355,6 +360,7 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
     const int n = sh.count;
     if (n > 0) load_b<kRank, kItems, kBatch>(lora_b, sh, 0, n, ln, bv);
     prefetch_b_l2<kRank, kItems>(lora_b, sh, kBatch, min(n, kBatch + kL2PrefetchRoutes), ln);
+
   } else if (kPrewait == kPrewaitPair && p.P == 2 * p.T) {
     // Contiguous top-2 layout: when pairs 2t and 2t + 1 both hold t, their weights, B offsets and
     // the first batch of B are ready before the wait (sh.count 2, else 0).
@@ -370,6 +376,10 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
     }
   }
   timeline_stamp(p.timeline_expand, 1);
+  if (early && p.timeline_expand != nullptr && sh.count > 0) {  // timeline builds only: when
+    timeline_wait_for(bv);                                      // the first batch of B landed
+    timeline_stamp(p.timeline_expand, 5);
+  }
   pdl_wait();
   timeline_stamp(p.timeline_expand, 2);
 

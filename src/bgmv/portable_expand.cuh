@@ -80,10 +80,18 @@ __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const Po
     if (vec && live && g < groups) b_vec[g] = *reinterpret_cast<const uint4*>(b_row + 8 * g);
   }
   timeline_stamp(p.timeline_expand, 1);
+  if (p.timeline_expand != nullptr && vec && live) {  // timeline builds only: when B landed
+    uint4 landed[1][kGroups];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) landed[0][g] = g < groups ? b_vec[g] : make_uint4(0, 0, 0, 0);
+    dev::timeline_wait_for(landed);
+    timeline_stamp(p.timeline_expand, 5);
+  }
   dev::pdl_wait();  // the shrink rows (and y's zeros) are the shrink grid's
   timeline_stamp(p.timeline_expand, 2);
   const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out) + (s * p.P + pair) * p.R;
   for (int64_t r = threadIdx.x; r < p.R; r += kPortableCols) s_row[r] = widen<kFp16>(shrink[r]);
+  timeline_stamp(p.timeline_expand, 6);  // (thread 0's element of the shrink row has landed)
   __syncthreads();
   if (!live) return;
   float v[kGroups];
