@@ -311,6 +311,13 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
 /// (256 columns x R, contiguous in global memory) into shared memory with coalesced cp.async,
 /// so kTiles x 16 KB (rank 32) are in flight per trip; the rows come from tile_rows in one
 /// contiguous trip.
+///
+/// Before griddepcontrol.wait: the tile table, the pair ids and the B copies. The index wrote
+/// the table and sorted_routes, and the index grid completed before the shrink's wait returned,
+/// which precedes this grid's launch (the shrink triggers only after its wait), so ld.global.cg
+/// finds them in L2 (the combine reads its route lists the same way). B is an input. Only
+/// tile_rows, the shrink's output, needs the wait; the copies of CTAs that start during the
+/// shrink's last wave overlap it.
 template <bool kBf16, int kRank, int kTiles>
 // NOTE: ranks <= 32 keep 4 CTAs per SM (<= 64 registers; 2 tiles at rank 32 asked for 66).
 __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
@@ -320,8 +327,6 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   __shared__ int spair[kTiles][kGroupTileRoutes];
   constexpr int kGroups = kRank / 8;
   constexpr int kTileVectors = kGroupExpandCols * kGroups;
-  dev::pdl_wait();
-  dev::pdl_trigger();
   const GroupedWs w = grouped_ws(p);
   const int tile0 = static_cast<int>(blockIdx.x) * kTiles;
   // NOTE: the tile count and the tiles in one trip (reads past the count, up to max_tiles, are
@@ -329,10 +334,16 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   int4 info[kTiles];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    info[j] = tile0 + j < p.max_tiles ? w.tile_info[tile0 + j] : make_int4(0, 0, 0, 0);
+    info[j] = tile0 + j < p.max_tiles ? __ldcg(w.tile_info + tile0 + j) : make_int4(0, 0, 0, 0);
   }
-  const int ntiles = w.header[0];
-  if (tile0 >= ntiles) return;
+  const int ntiles = __ldcg(w.header);
+  if (tile0 >= ntiles) {
+    // NOTE: still waits, so this grid completes only after the shrink (the combine's
+    // reasoning about what precedes its launch needs every expand CTA past its wait).
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     if (tile0 + j >= ntiles) info[j] = make_int4(0, 0, 0, 0);
@@ -354,11 +365,16 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
     }
   }
   dev::cp_async_commit();
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    if (tid < info[j].y) spair[j][tid] = route_pair(p, __ldcg(w.sorted_routes + info[j].x + tid));
+  }
+  dev::pdl_wait();
+  dev::pdl_trigger();
   // One trip: the shrink wrote each tile's rows contiguously (tile_rows, sorted-route order).
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int n = info[j].y;
-    if (tid < n) spair[j][tid] = route_pair(p, w.sorted_routes[info[j].x + tid]);
     const uint16_t* rows = w.tile_rows + static_cast<int64_t>(info[j].x) * kRank;
     for (int idx = tid; idx < n * kRank; idx += blockDim.x) {
       srow[j][idx / kRank][idx % kRank] = widen<kBf16>(rows[idx]);
