@@ -100,9 +100,8 @@ int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
   const int forced = env[0] - '0';
   if (forced == 3) return -1;
   if (forced == 4) {
-    return grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedMaxSmemBytes
-               ? 4
-               : -1;
+    return grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedMaxSmemBytes ? 4
+                                                                                               : -1;
   }
   return std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
 }
@@ -118,11 +117,21 @@ int switch_from_env(const char* name) {
   return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
 }
 
+// CAKEMOE_BGMV_PDL=0|1|2 replaces the per-route pair's launch PDL mode (A/B runs; spec §4.4's
+// reported pdl_mode and the bits do not depend on it).
+int pdl_mode_from_env(int chosen) {
+  const char* env = std::getenv("CAKEMOE_BGMV_PDL");
+  if (env == nullptr || env[0] == '\0' || env[1] != '\0' || env[0] < '0' || env[0] > '2')
+    return chosen;
+  return env[0] - '0';
+}
+
 // CAKEMOE_BGMV_EXPAND_TILES=1|2|4 replaces the grouped expand's tiles per CTA (A/B runs; the
 // bits do not depend on it).
 int grouped_expand_tiles_from_env(int chosen) {
   const char* env = std::getenv("CAKEMOE_BGMV_EXPAND_TILES");
-  if (env == nullptr || env[1] != '\0' || (env[0] != '1' && env[0] != '2' && env[0] != '4')) {
+  if (env == nullptr || env[0] == '\0' || env[1] != '\0' ||
+      (env[0] != '1' && env[0] != '2' && env[0] != '4')) {
     return chosen;
   }
   return env[0] - '0';
@@ -246,7 +255,7 @@ CakeParams cake_params(const BgmvPlan::Impl& impl) {
   cp.form = c.shrink_launch ? c.shrink_launch->form : 0;  // unset for the specialized variant
   cp.splits = c.shrink_splits;
   cp.schedule_id = c.schedule_id.value_or(0);
-  cp.pdl_mode = c.launch_pdl_mode;
+  cp.pdl_mode = pdl_mode_from_env(c.launch_pdl_mode);
   cp.prewait = switch_from_env("CAKEMOE_BGMV_PREWAIT");
   cp.timeline_shrink = impl.timeline_shrink;
   cp.timeline_expand = impl.timeline_expand;

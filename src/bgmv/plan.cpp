@@ -23,8 +23,8 @@ constexpr int64_t kDeepRingBlackwellMaxCtas = 1024;
 constexpr int64_t kDeepRingBlackwellMinHidden = 4096;
 constexpr int kFormPrefill = 0;
 constexpr int kFormPrefillDeep = 2;
-constexpr int kFormRegisters = 3;  // x and A of 4 k tiles per trip in registers, no ring
-constexpr int kFormRegistersOne = 4;  // one k tile per trip: few registers, many CTAs per SM
+constexpr int kFormRegisters = 3;         // x and A of 4 k tiles per trip in registers, no ring
+constexpr int kFormRegistersOne = 4;      // one k tile per trip: few registers, many CTAs per SM
 constexpr int kFormRegistersHalf = 5;     // form 3 over 4 rank rows: twice the CTAs, one split
 constexpr int kFormRegistersQuarter = 6;  // form 3 over 2 rank rows: 4x the CTAs, one split
 // SM90 decode region of the register form (H200 table with forced launches,
@@ -287,6 +287,13 @@ int select_pdl_mode(Variant variant, int64_t num_tokens, int64_t hidden, Arch ar
   return 0;
 }
 
+int select_launch_pdl_mode(int64_t num_tokens, int64_t hidden, Arch arch, int num_sms) {
+  // NOTE: §4.4 launches plainly on SM90 above 12 expand CTAs per SM; with the expand's pre-wait
+  // work (LoRA, route scan or contiguous pair, B) the early trigger won every such row measured.
+  if (arch == Arch::kSm90a) return 1;
+  return select_pdl_mode(Variant::kGeneric, num_tokens, hidden, arch, num_sms);
+}
+
 bool select_grouped(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_loras,
                     int64_t num_experts, int64_t hidden, int64_t rank) {
   const int64_t bins = num_loras * num_experts;
@@ -427,7 +434,7 @@ std::ostream& operator<<(std::ostream& os, const PlanChoice& c) {
     os << " shrink_launch=(" << c.shrink_launch->form << ", " << c.shrink_launch->splits << ")";
   }
   os << " grouped=" << c.grouped << " order_remap=" << c.order_remap << " pdl_mode=" << c.pdl_mode
-     << " schedule_id=";
+     << " launch_pdl=" << c.launch_pdl_mode << " schedule_id=";
   if (c.schedule_id)
     os << *c.schedule_id;
   else
@@ -485,8 +492,7 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
     c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
     // The generic selector's splits (same bits) and PDL chaining (same launch sequence).
     c.shrink_splits = plan_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch).splits;
-    c.launch_pdl_mode =
-        select_pdl_mode(Variant::kGeneric, p.num_tokens, p.hidden, p.arch, p.num_sms);
+    c.launch_pdl_mode = select_launch_pdl_mode(p.num_tokens, p.hidden, p.arch, p.num_sms);
     return c;
   }
   ShrinkLaunch shrink = plan_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch);
@@ -543,7 +549,10 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
   c.shrink_launch = shrink;
   c.shrink_splits = shrink.splits;
   c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
-  c.launch_pdl_mode = c.pdl_mode;
+  // NOTE: the order remap keeps §4.4's launches (its forms were measured with them).
+  c.launch_pdl_mode = c.order_remap
+                          ? c.pdl_mode
+                          : select_launch_pdl_mode(p.num_tokens, p.hidden, p.arch, p.num_sms);
   c.schedule_id = p.generic_schedule_override >= 0
                       ? p.generic_schedule_override
                       : plan_generic_schedule(p.num_tokens, p.num_pairs, p.rank, p.arch);

@@ -62,6 +62,10 @@ int plan_generic_schedule(int64_t num_tokens, int64_t num_pairs, int64_t rank, A
 int select_specialized_schedule(int64_t num_tokens, int64_t num_pairs, int64_t hidden, Arch arch);
 /// spec §4.4: 0 plain, 1 early, 2 late.
 int select_pdl_mode(Variant variant, int64_t num_tokens, int64_t hidden, Arch arch, int num_sms);
+/// The PDL mode the per-route pair launches with (PlanChoice::launch_pdl_mode; both variants):
+/// 1 (early) at every size on SM90, where the H200 measured it faster than §4.4's plain launches
+/// above its small-grid limit (T 128-512: 0.91-0.98); elsewhere §4.4's generic rule.
+int select_launch_pdl_mode(int64_t num_tokens, int64_t hidden, Arch arch, int num_sms);
 /// spec §5: heuristic for the pair-grouped pipeline (grouped = None).
 bool select_grouped(int64_t num_pairs, int64_t num_tokens, int64_t num_loras, int64_t num_experts,
                     int64_t hidden, int64_t rank);
@@ -169,8 +173,9 @@ struct PlanChoice {
   /// Hidden splits the shrink runs: shrink_launch->splits, or for the specialized variant (whose
   /// shrink_launch is unset, spec §1) the generic selector's, so both variants give equal bits.
   int shrink_splits = 1;
-  /// PDL mode the kernels use: pdl_mode, except that the specialized variant reports 0 (spec §4.4)
-  /// while its kernels chain like the generic ones (docs/decisions/bgmv-gpu-kernels.md).
+  /// PDL mode the per-route kernels launch with (select_launch_pdl_mode; the order remap keeps
+  /// pdl_mode): pdl_mode reports spec §4.4's choice (0 for the specialized variant), while on
+  /// SM90 the kernels chain early at every size (docs/decisions/bgmv-gpu-kernels.md).
   int launch_pdl_mode = 0;
 };
 std::ostream& operator<<(std::ostream& os, const PlanChoice& choice);
@@ -185,10 +190,10 @@ struct ProblemDesc {
   Arch arch = Arch::kSm90a;
   int num_sms = 132;
   bool specialized_built = false;
-  std::optional<bool> grouped;           ///< forced value, or heuristic when unset
-  std::optional<bool> order_remap;       ///< forced value, or heuristic when unset
-  int variant_override = -1;             ///< -1 select_variant, 0 generic, 1 specialized (forced)
-  int schedule_override = -1;            ///< specialized schedule 0 / 1 / 2 forced; -1 selector
+  std::optional<bool> grouped;      ///< forced value, or heuristic when unset
+  std::optional<bool> order_remap;  ///< forced value, or heuristic when unset
+  int variant_override = -1;        ///< -1 select_variant, 0 generic, 1 specialized (forced)
+  int schedule_override = -1;       ///< specialized schedule 0 / 1 / 2 forced; -1 selector
   /// Generic shrink (form 0 / 2 / 3 / 4 / 5 / 6, splits) forced instead of plan_generic_shrink's.
   std::optional<ShrinkLaunch> shrink_override;
   /// Generic expand schedule 0 (narrow) / 1 (wide) / 2 (decode) forced instead of

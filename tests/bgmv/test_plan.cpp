@@ -64,6 +64,17 @@ TEST(BgmvPlanSelectors, PdlModeSpecExamples) {
   EXPECT_EQ(select_pdl_mode(Variant::kGeneric, 8, 3072, Arch::kOther, 100), 0);
 }
 
+TEST(BgmvPlanSelectors, LaunchPdlModeEarlyOnSm90Only) {
+  // SM90 (measured): early at every size, also where §4.4 reports plain launches.
+  EXPECT_EQ(select_launch_pdl_mode(67, 3072, Arch::kSm90a, 132), 1);
+  EXPECT_EQ(select_launch_pdl_mode(512, 736, Arch::kSm90a, 132), 1);
+  EXPECT_EQ(select_launch_pdl_mode(8, 3072, Arch::kSm90a, 132), 1);
+  // Unmeasured targets keep §4.4's generic rule.
+  EXPECT_EQ(select_launch_pdl_mode(128, 1472, Arch::kSm100a, 148), 2);
+  EXPECT_EQ(select_launch_pdl_mode(8, 3072, Arch::kSm100a, 148), 1);
+  EXPECT_EQ(select_launch_pdl_mode(8, 3072, Arch::kOther, 100), 0);
+}
+
 TEST(BgmvPlanSelectors, GroupedSpecExamples) {
   EXPECT_TRUE(select_grouped(8192, 4096, 8, 128, 4096, 32));
   EXPECT_TRUE(select_grouped(4096, 2048, 8, 128, 3072, 32));
@@ -272,7 +283,7 @@ TEST(BgmvPlanWorkspaces, GroupedFusedSharedBytes) {
   EXPECT_EQ(grouped_fused_smem_bytes(1024, 64), 16 * 1024);
   EXPECT_EQ(grouped_fused_smem_bytes(1032, 64), 32 * 1024);  // 2 k tiles; B: 129 x 64 x 2
   EXPECT_EQ(grouped_fused_smem_bytes(40, 64), 16 * 1024);
-  EXPECT_EQ(grouped_fused_smem_bytes(7176, 8), 128 * 1024);  // 8 k tiles; B: 7176 x 8 x 2
+  EXPECT_EQ(grouped_fused_smem_bytes(7176, 8), 128 * 1024);   // 8 k tiles; B: 7176 x 8 x 2
   EXPECT_EQ(grouped_fused_smem_bytes(12288, 8), 192 * 1024);  // A and B both 192 KB
 }
 

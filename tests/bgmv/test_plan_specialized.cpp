@@ -87,9 +87,10 @@ TEST(BgmvPlanSpecialized, ForcedAttributes) {
       EXPECT_FALSE(s.grouped || s.order_remap) << at;
       // Same splits as the generic plan (same bits); kernels chain with the generic PDL mode.
       EXPECT_EQ(s.shrink_splits, plan_generic_shrink(2 * t, 32, h, Arch::kSm90a).splits) << at;
-      EXPECT_EQ(s.launch_pdl_mode, select_pdl_mode(Variant::kGeneric, t, h, Arch::kSm90a, 132));
+      EXPECT_EQ(s.launch_pdl_mode, 1) << at;  // SM90: early at every size
       EXPECT_EQ(g.shrink_splits, g.shrink_launch->splits) << at;
-      EXPECT_EQ(g.launch_pdl_mode, g.pdl_mode) << at;
+      EXPECT_EQ(g.launch_pdl_mode, 1) << at;
+      EXPECT_EQ(g.pdl_mode, select_pdl_mode(Variant::kGeneric, t, h, Arch::kSm90a, 132)) << at;
     }
   }
   // The SM90 register-shrink region (P <= 24 at rank 32) runs one split where spec §4.1's rule
