@@ -210,12 +210,13 @@ void run_empty_graphs(Bench& bench) {
 }
 
 /// --stages: the representative rows of bench/NOTES.md (L 8, E 128) and the 4-LoRA vLLM rows
-/// at T 1024 / 2048.
+/// at T 1024 / 2048 (H 3072) and T 1024 (H 2688).
 int run_stage_mode(Bench& bench) {
   const std::vector<Shape> shapes = {
       {3072, 32, 1, 2, 8, 128},    {3072, 32, 8, 2, 8, 128},    {3072, 32, 256, 2, 8, 128},
       {3072, 32, 1024, 2, 8, 128}, {3072, 32, 2048, 2, 8, 128}, {3072, 64, 8, 8, 8, 128},
-      {2688, 32, 512, 6, 8, 128},  {3072, 32, 1024, 2, 4, 128}, {3072, 32, 2048, 2, 4, 128}};
+      {2688, 32, 512, 6, 8, 128},  {3072, 32, 1024, 2, 4, 128}, {3072, 32, 2048, 2, 4, 128},
+      {2688, 32, 1024, 2, 4, 128}};
   std::printf(
       "BGMV stage bench: graph replay of each stage alone (per-route plans; stage graphs "
       "without PDL) or of the plan cut after each stage (grouped plans: what each stage "
