@@ -100,8 +100,9 @@ int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
   const int forced = env[0] - '0';
   if (forced == 3) return -1;
   if (forced == 4) {
-    return grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedMaxSmemBytes ? 4
-                                                                                               : -1;
+    return grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedMaxSmemBytes
+               ? 4
+               : -1;
   }
   return std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
 }
@@ -121,8 +122,9 @@ int switch_from_env(const char* name) {
 // reported pdl_mode and the bits do not depend on it).
 int pdl_mode_from_env(int chosen) {
   const char* env = std::getenv("CAKEMOE_BGMV_PDL");
-  if (env == nullptr || env[0] == '\0' || env[1] != '\0' || env[0] < '0' || env[0] > '2')
+  if (env == nullptr || env[0] == '\0' || env[1] != '\0' || env[0] < '0' || env[0] > '2') {
     return chosen;
+  }
   return env[0] - '0';
 }
 

@@ -360,7 +360,6 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
     const int n = sh.count;
     if (n > 0) load_b<kRank, kItems, kBatch>(lora_b, sh, 0, n, ln, bv);
     prefetch_b_l2<kRank, kItems>(lora_b, sh, kBatch, min(n, kBatch + kL2PrefetchRoutes), ln);
-
   } else if (kPrewait == kPrewaitPair && p.P == 2 * p.T) {
     // Contiguous top-2 layout: when pairs 2t and 2t + 1 both hold t, their weights, B offsets and
     // the first batch of B are ready before the wait (sh.count 2, else 0).
