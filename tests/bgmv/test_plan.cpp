@@ -349,6 +349,15 @@ TEST(BgmvPlanChoice, CakeChoices) {
   std::ostringstream os;
   os << c;
   EXPECT_NE(os.str().find("order_remap=1"), std::string::npos);
+  // Launch PDL on SM90: early at every size for the per-route pair, §4.4's value for the remap.
+  ProblemDesc big = desc(512, 1024, 3072, 32, 2, 128);
+  big.grouped = false;
+  c = choose_cake_plan(big);
+  EXPECT_EQ(c.pdl_mode, 0);  // §4.4 reports plain launches above 12 expand CTAs per SM
+  EXPECT_EQ(c.launch_pdl_mode, 1);
+  big.order_remap = true;
+  c = choose_cake_plan(big);
+  EXPECT_EQ(c.launch_pdl_mode, c.pdl_mode);
 }
 
 // H200 crossovers (bench/results/2026-11-29_*_bgmv-variants.md).
