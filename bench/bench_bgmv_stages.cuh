@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench_bgmv_common.cuh"
+#include "bgmv/cake_device.cuh"
 #include "bgmv/cake_launch.h"
 #include "bgmv/grouped_launch.h"
 #include "bgmv/plan_impl.h"
@@ -22,6 +23,10 @@ namespace cakemoe {
 namespace {
 
 __global__ void null_kernel() {}
+// The per-route plans' launch pattern with nothing in it: the first grid triggers its dependent
+// at entry, the second is launched as a programmatic dependent and waits.
+__global__ void null_trigger_kernel() { bgmv::dev::pdl_trigger(); }
+__global__ void null_wait_kernel() { bgmv::dev::pdl_wait(); }
 
 /// An instantiated graph, destroyed with its owner.
 class GraphExec {
@@ -193,7 +198,9 @@ void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_
   for (const StageRow& r : rows) print_stage(r);
 }
 
-/// Empty graphs under the same flush / event protocol: 0, 1 and 2 null-kernel nodes.
+/// Empty graphs under the same flush / event protocol: 0, 1 and 2 null-kernel nodes, and 2 with
+/// the programmatic (PDL) edge the per-route plans use (the floor a one-kernel decode competes
+/// with).
 void run_empty_graphs(Bench& bench) {
   for (int kernels = 0; kernels <= 2; ++kernels) {
     const std::string name = "empty graph, " + std::to_string(kernels) + "k";
@@ -207,6 +214,12 @@ void run_empty_graphs(Bench& bench) {
       std::printf("  %-20s not measured: %s\n", name.c_str(), e.what());
     }
   }
+  const GraphExec g(bench.stream, [&](cudaStream_t st) {
+    null_trigger_kernel<<<1, 32, 0, st>>>();
+    CAKEMOE_CUDA_CHECK(cudaGetLastError());
+    bgmv::dev::launch_pdl(null_wait_kernel, dim3(1), dim3(32), 0, st, true);
+  });
+  print_stage({"empty graph, 2k PDL", bench.time_graph(g.get())});
 }
 
 /// --stages: the representative rows of bench/NOTES.md (L 8, E 128) and the 4-LoRA vLLM rows
