@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -89,16 +90,24 @@ void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
   cp = cake_params(impl);
 }
 
+// The digit an A/B switch holds when it is exactly one character of `allowed`, else -1.
+int digit_from_env(const char* name, const char* allowed) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || env[0] == '\0' || env[1] != '\0' ||
+      std::strchr(allowed, env[0]) == nullptr) {
+    return -1;
+  }
+  return env[0] - '0';
+}
+
 // CAKEMOE_BGMV_GROUPED_STAGE=0|1|2|4 replaces the grouped shrink's form (A/B runs of the
 // benchmark; the bits do not depend on it); -1 without it (and for 3, the deleted ring). 1 and 2
 // are capped at the largest staging that fits H (their shared memory grows with it), capped at
 // the two-kernel choice; 4, the fused shrink + expand, is ignored where its staging passes
 // kGroupFusedMaxSmemBytes (and, by grouped_runtime_stage, before SM90).
 int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
-  const char* env = std::getenv("CAKEMOE_BGMV_GROUPED_STAGE");
-  if (env == nullptr || env[0] < '0' || env[0] > '4' || env[1] != '\0') return -1;
-  const int forced = env[0] - '0';
-  if (forced == 3) return -1;
+  const int forced = digit_from_env("CAKEMOE_BGMV_GROUPED_STAGE", "01234");
+  if (forced < 0 || forced == 3) return -1;
   if (forced == 4) {
     return grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedMaxSmemBytes
                ? 4
@@ -121,22 +130,15 @@ int switch_from_env(const char* name) {
 // CAKEMOE_BGMV_PDL=0|1|2 replaces the per-route pair's launch PDL mode (A/B runs; spec §4.4's
 // reported pdl_mode and the bits do not depend on it).
 int pdl_mode_from_env(int chosen) {
-  const char* env = std::getenv("CAKEMOE_BGMV_PDL");
-  if (env == nullptr || env[0] == '\0' || env[1] != '\0' || env[0] < '0' || env[0] > '2') {
-    return chosen;
-  }
-  return env[0] - '0';
+  const int forced = digit_from_env("CAKEMOE_BGMV_PDL", "012");
+  return forced >= 0 ? forced : chosen;
 }
 
 // CAKEMOE_BGMV_EXPAND_TILES=1|2|4 replaces the grouped expand's tiles per CTA (A/B runs; the
 // bits do not depend on it).
 int grouped_expand_tiles_from_env(int chosen) {
-  const char* env = std::getenv("CAKEMOE_BGMV_EXPAND_TILES");
-  if (env == nullptr || env[0] == '\0' || env[1] != '\0' ||
-      (env[0] != '1' && env[0] != '2' && env[0] != '4')) {
-    return chosen;
-  }
-  return env[0] - '0';
+  const int forced = digit_from_env("CAKEMOE_BGMV_EXPAND_TILES", "124");
+  return forced >= 0 ? forced : chosen;
 }
 
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {

@@ -81,9 +81,9 @@ __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const Po
   }
   timeline_stamp(p.timeline_expand, 1);
   if (p.timeline_expand != nullptr && vec && live) {  // timeline builds only: when B landed
-    uint4 landed[1][kGroups];
+    uint4 landed[kGroups];  // the loaded vectors only (b_vec past `groups` is unset)
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) landed[0][g] = g < groups ? b_vec[g] : make_uint4(0, 0, 0, 0);
+    for (int g = 0; g < kGroups; ++g) landed[g] = g < groups ? b_vec[g] : make_uint4(0, 0, 0, 0);
     dev::timeline_wait_for(landed);
     timeline_stamp(p.timeline_expand, 5);
   }
