@@ -126,31 +126,25 @@ CAKEMOE_DEVICE void discard_l2_line(const void* gmem) {
 constexpr int kTimelineEvents = 7;
 constexpr int kTimelineWords = 3;
 
-/// Timeline builds only: waits until every register of `v` has landed (a dependent use that
-/// compiles to no instruction but the wait), so the next stamp says when those loads completed.
-template <int kN, int kM>
-CAKEMOE_DEVICE void timeline_wait_for(const uint4 (&v)[kN][kM]) {
-#if defined(CAKEMOE_BGMV_TIMELINE) && defined(__CUDA_ARCH__)
+/// Timeline builds only: XOR of a register's (or a register array's) bits, a use that makes the
+/// compiler wait until the load that produced it has landed.
+CAKEMOE_DEVICE uint32_t timeline_bits(uint32_t v) { return v; }
+CAKEMOE_DEVICE uint32_t timeline_bits(int v) { return static_cast<uint32_t>(v); }
+CAKEMOE_DEVICE uint32_t timeline_bits(const uint4& v) { return v.x ^ v.y ^ v.z ^ v.w; }
+template <class T, int kN>
+CAKEMOE_DEVICE uint32_t timeline_bits(const T (&v)[kN]) {
   uint32_t all = 0;
 #pragma unroll
-  for (int n = 0; n < kN; ++n) {
-#pragma unroll
-    for (int m = 0; m < kM; ++m) all ^= v[n][m].x ^ v[n][m].y ^ v[n][m].z ^ v[n][m].w;
-  }
-  asm volatile("" ::"r"(all));
-#else
-  (void)v;
-#endif
+  for (int n = 0; n < kN; ++n) all ^= timeline_bits(v[n]);
+  return all;
 }
 
-/// The same for a one-dimensional array of registers.
-template <int kN>
-CAKEMOE_DEVICE void timeline_wait_for(const uint4 (&v)[kN]) {
+/// Timeline builds only: waits until every register of `v` (an array of uint4 or 32-bit values,
+/// one or two dimensions) has landed, so the next stamp says when those loads completed.
+template <class T, int kN>
+CAKEMOE_DEVICE void timeline_wait_for(const T (&v)[kN]) {
 #if defined(CAKEMOE_BGMV_TIMELINE) && defined(__CUDA_ARCH__)
-  uint32_t all = 0;
-#pragma unroll
-  for (int n = 0; n < kN; ++n) all ^= v[n].x ^ v[n].y ^ v[n].z ^ v[n].w;
-  asm volatile("" ::"r"(all));
+  asm volatile("" ::"r"(timeline_bits(v)));
 #else
   (void)v;
 #endif
