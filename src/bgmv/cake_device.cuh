@@ -150,19 +150,6 @@ CAKEMOE_DEVICE void timeline_wait_for(const T (&v)[kN]) {
 #endif
 }
 
-/// The same for a one-dimensional array of 32-bit registers.
-template <int kN>
-CAKEMOE_DEVICE void timeline_wait_for(const int (&v)[kN]) {
-#if defined(CAKEMOE_BGMV_TIMELINE) && defined(__CUDA_ARCH__)
-  int all = 0;
-#pragma unroll
-  for (int n = 0; n < kN; ++n) all ^= v[n];
-  asm volatile("" ::"r"(all));
-#else
-  (void)v;
-#endif
-}
-
 /// The linear block index (the CTA slot of timeline_stamp).
 CAKEMOE_DEVICE unsigned long long timeline_cta() {
   return blockIdx.x + static_cast<unsigned long long>(gridDim.x) *
