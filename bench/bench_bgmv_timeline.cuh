@@ -7,6 +7,10 @@
 //   5 the pre-wait B registers landed (the CTA waits for them before its PDL wait; Cake: early
 //   path only), 6 the first shrink rows landed after the wait (Cake: first batch of the route
 //   list; portable: thread 0's element of the pair's row).
+// Grouped plans (two-kernel form with the one-CTA index): the index stamps CTA 0 of the first
+// buffer (0 entry, 1 loads landed, 2 counts done, 3 scanned, 4 tiles written, 5 exit) and the
+// grouped shrink CTAs 1.. (0 entry, 2 wait returned, 4 exit); the grouped expand stamps the
+// second (0 entry, 1 pre-wait reads and copies issued, 2 wait returned, 3 rows staged, 4 exit).
 // Times print in ns from the earliest stamp of the replay; "cyc" columns are clock64 deltas from
 // the CTA's own entry (one SM's clock, immune to a coarse %globaltimer tick).
 #pragma once
@@ -124,9 +128,13 @@ int run_timeline_mode(Bench& bench, const std::string& row) {
   }
   const TableBuffers buf(s.loras * s.experts * s.rank * s.hidden, s.tokens * s.hidden);
   const Inputs in(s, buf.a, buf.b, buf.x);
-  // The widest grids: shrink P x R/8 x 8 splits, expand T x H/8 (cake) or P x H/128 (portable).
+  // The widest grids: shrink P x R/8 x 8 splits, expand T x H/8 (cake) or P x H/128 (portable);
+  // grouped: 1 + max_tiles x R/8 shrink CTAs, max_tiles x H/256 expand CTAs at most.
   const int64_t pairs = s.tokens * s.top_k;
-  const int64_t ctas = std::max({pairs * s.rank, std::max(s.tokens, pairs) * (s.hidden / 8 + 1)});
+  const int64_t max_tiles = pairs / 16 + 1 + s.loras * s.experts;
+  const int64_t ctas =
+      std::max({pairs * s.rank, std::max(s.tokens, pairs) * (s.hidden / 8 + 1),
+                1 + max_tiles * (s.rank / 8), max_tiles * (s.hidden / 256 + 1)});
   const TimelineBuffers tl(ctas);
   for (const bool portable : {false, true}) {
     bgmv::detail::PrepareInternals internals;
@@ -150,11 +158,13 @@ int run_timeline_mode(Bench& bench, const std::string& row) {
                 (long long)s.tokens, (long long)s.top_k, (long long)s.loras, (long long)s.experts,
                 plan_label(plan).c_str(), us, one);
     if (t0 == ~0ull) {
-      std::printf("  no stamps (grouped or specialized shrink: not instrumented)\n");
+      std::printf("  no stamps (specialized shrink, fused grouped form or multi-kernel index: "
+                  "not instrumented)\n");
       continue;
     }
-    print_kernel("shrink", sh, t0);
-    print_kernel("expand", ex, t0);
+    const bool grouped = plan.grouped();
+    print_kernel(grouped ? "index (cta 0) + grouped shrink" : "shrink", sh, t0);
+    print_kernel(grouped ? "grouped expand" : "expand", ex, t0);
   }
   return 0;
 #endif

@@ -150,14 +150,17 @@ CAKEMOE_DEVICE void timeline_wait_for(const T (&v)[kN]) {
 #endif
 }
 
-/// Thread 0 of the CTA records event `event` of CTA `cta` (the linear block index) into `tl`.
-/// Compiled to nothing unless CAKEMOE_BGMV_TIMELINE is defined.
-CAKEMOE_DEVICE void timeline_stamp(unsigned long long* tl, int event) {
+/// The linear block index (the CTA slot of timeline_stamp).
+CAKEMOE_DEVICE unsigned long long timeline_cta() {
+  return blockIdx.x + static_cast<unsigned long long>(gridDim.x) *
+                          (blockIdx.y + static_cast<unsigned long long>(gridDim.y) * blockIdx.z);
+}
+
+/// Thread 0 of the CTA records event `event` into CTA slot `cta` of `tl`. Compiled to nothing
+/// unless CAKEMOE_BGMV_TIMELINE is defined.
+CAKEMOE_DEVICE void timeline_stamp_at(unsigned long long* tl, unsigned long long cta, int event) {
 #if defined(CAKEMOE_BGMV_TIMELINE) && defined(__CUDA_ARCH__)
   if (tl == nullptr || threadIdx.x != 0) return;
-  const unsigned long long cta =
-      blockIdx.x + static_cast<unsigned long long>(gridDim.x) *
-                       (blockIdx.y + static_cast<unsigned long long>(gridDim.y) * blockIdx.z);
   unsigned long long ns;
   unsigned sm;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
@@ -166,6 +169,17 @@ CAKEMOE_DEVICE void timeline_stamp(unsigned long long* tl, int event) {
   slot[0] = ns;
   slot[1] = static_cast<unsigned long long>(clock64());
   slot[2] = sm;
+#else
+  (void)tl;
+  (void)cta;
+  (void)event;
+#endif
+}
+
+/// Thread 0 of the CTA records event `event` of its own CTA (slot timeline_cta()) into `tl`.
+CAKEMOE_DEVICE void timeline_stamp(unsigned long long* tl, int event) {
+#if defined(CAKEMOE_BGMV_TIMELINE) && defined(__CUDA_ARCH__)
+  timeline_stamp_at(tl, timeline_cta(), event);
 #else
   (void)tl;
   (void)event;

@@ -191,6 +191,8 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   // NOTE: a discarded line must hold one route's partials only: rows of H floats start on a
   // 128-byte line when H % 32 == 0 (the buffer itself is 256-byte aligned).
   g.discard_partials = g.l2_hints != 0 && s.hidden % 32 == 0 ? 1 : 0;
+  g.timeline_front = impl.timeline_shrink;
+  g.timeline_back = impl.timeline_expand;
   launch.grouped_launcher =
       reinterpret_cast<GroupedLauncher>(unit_or_throw("grouped", dtype_name(s.dtype), arch).launch);
 }

@@ -199,8 +199,13 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
     grouped_shrink_kernel(GroupedParams p) {
   extern __shared__ uint4 stage_vec[];
   __shared__ SplitSums red;
+  // Timeline builds: slot 1 + CTA of timeline_front (slot 0 is the index): 0 entry, 2 wait
+  // returned, 4 exit of a CTA with a tile.
+  const unsigned long long slot = 1 + dev::timeline_cta();
+  dev::timeline_stamp_at(p.timeline_front, slot, 0);
   dev::pdl_wait();  // the index is complete
   dev::pdl_trigger();
+  dev::timeline_stamp_at(p.timeline_front, slot, 2);
   const GroupedWs w = grouped_ws(p);
   // Tile-major grids (GroupedParams::shrink_tile_major) run a tile's rank blocks side by side.
   const int rank_blocks = p.rank / kRankTile;
@@ -304,6 +309,7 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
     }
     store_part_rows<kBf16>(p, w, first + part, n, rank_block, total);
   }
+  dev::timeline_stamp_at(p.timeline_front, slot, 4);
 }
 
 /// grid (ceil(max_tiles / kTiles), ceil(H / 256)) x 256: one column per thread over kTiles
@@ -327,6 +333,9 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   __shared__ int spair[kTiles][kGroupTileRoutes];
   constexpr int kGroups = kRank / 8;
   constexpr int kTileVectors = kGroupExpandCols * kGroups;
+  // Timeline builds: 0 entry, 1 pre-wait reads and copies issued, 2 wait returned, 3 rows
+  // staged, 4 exit of a CTA with a tile.
+  dev::timeline_stamp(p.timeline_back, 0);
   const GroupedWs w = grouped_ws(p);
   const int tile0 = static_cast<int>(blockIdx.x) * kTiles;
   // NOTE: the tile count and the tiles in one trip (reads past the count, up to max_tiles, are
@@ -369,8 +378,10 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   for (int j = 0; j < kTiles; ++j) {
     if (tid < info[j].y) spair[j][tid] = route_pair(p, __ldcg(w.sorted_routes + info[j].x + tid));
   }
+  dev::timeline_stamp(p.timeline_back, 1);
   dev::pdl_wait();
   dev::pdl_trigger();
+  dev::timeline_stamp(p.timeline_back, 2);
   // One trip: the shrink wrote each tile's rows contiguously (tile_rows, sorted-route order).
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
@@ -382,6 +393,7 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   }
   dev::cp_async_wait<0>();
   __syncthreads();
+  dev::timeline_stamp(p.timeline_back, 3);
   if (tid >= cols) return;
   const int64_t c = col0 + tid;
   // The combine reads the partials next: kept in L2 (evict-last) where they fit.
@@ -408,6 +420,7 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
       for (int i = 0; i < n; ++i) route(i);
     }
   }
+  dev::timeline_stamp(p.timeline_back, 4);
 }
 
 /// grid T x 256: one token per CTA, all its columns (4 per thread per step, float4 loads of the

@@ -211,6 +211,8 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   if (!smem_tokens) token_count = w.token_count;
   const int tid = threadIdx.x, nt = blockDim.x;
   dev::pdl_trigger();
+  // Timeline builds: 0 entry, 1 loads landed, 2 counts done, 3 scanned, 4 tiles written, 5 exit.
+  dev::timeline_stamp_at(p.timeline_front, 0, 0);
   for (int b = tid; b <= bins; b += nt) offs[b] = 0;
   for (int t = tid; t < p.num_tokens; t += nt) token_count[t] = 0;
   // Every load of this thread's pairs first (tokens and experts, then LoRAs): two dependent
@@ -227,6 +229,10 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
 #pragma unroll
   for (int j = 0; j < kIndexPairsPerThread; ++j) {
     lora[j] = tok[j] >= 0 ? static_cast<int>(p.lora_indices[tok[j]]) : -1;
+  }
+  if (p.timeline_front != nullptr) {  // (compiled out of default builds with the stamps)
+    dev::timeline_wait_for(lora);
+    dev::timeline_stamp_at(p.timeline_front, 0, 1);
   }
   __syncthreads();  // offs and token_count zeroed
   uint4* shrink = static_cast<uint4*>(p.shrink_out);
@@ -251,6 +257,7 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     }
   }
   __syncthreads();
+  dev::timeline_stamp_at(p.timeline_front, 0, 2);
   if (smem_tokens) {
     for (int t = tid; t < p.num_tokens; t += nt) w.token_count[t] = token_count[t];
   }
@@ -260,6 +267,7 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     return b < bins ? count << 16 | (count + kGroupTileRoutes - 1) / kGroupTileRoutes : 0;
   });
   const int ntiles = packed_total & 0xFFFF;
+  dev::timeline_stamp_at(p.timeline_front, 0, 3);
   for (int b = tid; b <= bins; b += nt) w.bin_offset[b] = offs[b] >> 16;
   for (int b = tid; b < bins; b += nt) {
     const int start = offs[b] >> 16, count = (offs[b + 1] >> 16) - start;
@@ -270,6 +278,7 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     }
   }
   if (tid == 0) w.header[0] = ntiles;
+  dev::timeline_stamp_at(p.timeline_front, 0, 4);
   // NOTE: pair i = tid + j * nt is this thread's j-th pair: its token is still in tok[j].
 #pragma unroll
   for (int j = 0; j < kIndexPairsPerThread; ++j) {
@@ -281,6 +290,7 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
           route_entry(p, i, tok[j]);
     }
   }
+  dev::timeline_stamp_at(p.timeline_front, 0, 5);
 }
 
 }  // namespace grouped

@@ -65,6 +65,11 @@ struct GroupedParams {
   /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the
   /// bench's per-stage prefixes).
   int last_stage = 3;
+  /// Timeline builds only (CAKEMOE_BGMV_TIMELINE; bench_bgmv --timeline): the one-CTA index
+  /// stamps CTA slot 0 and the two-kernel grouped shrink slots 1 + its linear block index of
+  /// timeline_front; the grouped expand stamps timeline_back. nullptr: none.
+  unsigned long long* timeline_front = nullptr;
+  unsigned long long* timeline_back = nullptr;
 };
 
 /// Enqueues the index (one CTA, or group_hist, group_scan, group_scatter), the grouped shrink, the

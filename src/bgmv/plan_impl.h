@@ -86,7 +86,9 @@ struct PrepareInternals {
   /// a plan cut short leaves y unwritten.
   int grouped_last_stage = 3;
   /// Timeline builds (CAKEMOE_BGMV_TIMELINE; bench_bgmv --timeline): device buffers that the
-  /// per-route and portable shrink / expand kernels stamp (cake_device.cuh timeline_stamp),
+  /// per-route and portable shrink / expand kernels stamp (cake_device.cuh timeline_stamp; in a
+  /// grouped plan the one-CTA index and the grouped shrink stamp the first, the grouped expand
+  /// the second: GroupedParams::timeline_front / timeline_back),
   /// kTimelineEvents * kTimelineWords words per CTA of the widest grid that stamps into each (the
   /// kernels do not check: bench_bgmv_timeline.cuh sizes them); nullptr: none.
   unsigned long long* timeline_shrink = nullptr;
