@@ -384,8 +384,8 @@ RouteIndexLayout route_index_layout(int64_t num_tokens) {
 GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override,
                                  int64_t bins, int64_t rank) {
   GroupedGeometry g;
-  // NOTE: the one-CTA index's shared memory (2 bins + 1 + P + T ints, T counted up to 16384) is
-  // at most 164 KB for bins <= 4096 and P <= 16384, so only P limits it.
+  // NOTE: the one-CTA index's shared memory (bins + 1 + 2 P + T ints, T counted up to 16384) is
+  // at most 208 KB for bins <= 4096 and P <= 16384, so only P limits it.
   if (index_override >= 0) {
     core::require(index_override == 0 || num_pairs <= kGroupFusedIndexMaxPairs, "grouped_index",
                   "the one-CTA index takes at most 16384 pairs, got " + std::to_string(num_pairs));
@@ -413,6 +413,14 @@ int grouped_runtime_stage(int chosen, int two_kernel, int forced, Arch arch) {
   if (forced >= 0) stage = forced;
   const bool clusters = arch == Arch::kSm90a || is_blackwell(arch);
   return stage == 4 && !clusters ? two_kernel : stage;
+}
+
+int grouped_column_passes(int64_t num_pairs, int64_t hidden, int stage) {
+  if (stage == 4 || num_pairs <= 0 || hidden <= 0) return 1;
+  const int64_t bytes = num_pairs * hidden * static_cast<int64_t>(sizeof(float));
+  const int64_t passes = (bytes + kGroupPassPartialBytes - 1) / kGroupPassPartialBytes;
+  const int64_t blocks = (hidden + kGroupExpandCols - 1) / kGroupExpandCols;
+  return static_cast<int>(std::max<int64_t>(1, std::min(passes, blocks)));
 }
 
 GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
