@@ -143,13 +143,6 @@ int grouped_expand_tiles_from_env(int chosen) {
   return forced >= 0 ? forced : chosen;
 }
 
-// CAKEMOE_BGMV_COLUMN_PASSES=1..8 replaces the grouped expand + combine's column passes (A/B
-// runs; the bits do not depend on it; the fused stage keeps one).
-int column_passes_from_env(int chosen, int stage) {
-  const int forced = digit_from_env("CAKEMOE_BGMV_COLUMN_PASSES", "12345678");
-  return forced > 0 && stage != 4 ? forced : chosen;
-}
-
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
   GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
@@ -192,10 +185,6 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.l2_hints = switch_from_env("CAKEMOE_BGMV_L2_HINTS");
   g.shrink_tile_major = switch_from_env("CAKEMOE_BGMV_TILE_MAJOR");
   g.index_smem_scatter = switch_from_env("CAKEMOE_BGMV_INDEX_SMEM_SCATTER");
-  g.column_passes = column_passes_from_env(
-      grouped_column_passes(s.num_pairs, s.hidden, geo.stage), geo.stage);
-  g.col_begin = 0;
-  g.col_end = g.hidden;
   // NOTE: 16 bits of pair id and 15 of token in one int32 (spec §5's P ranges up to 2^20 on the
   // hist / scan / scatter path; those plans keep pair ids alone).
   g.packed_routes = switch_from_env("CAKEMOE_BGMV_PACKED_ROUTES") != 0 && s.num_pairs <= 65536 &&

@@ -358,8 +358,8 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
     if (tile0 + j >= ntiles) info[j] = make_int4(0, 0, 0, 0);
   }
   const int tid = threadIdx.x;
-  const int64_t col0 = p.col_begin + static_cast<int64_t>(blockIdx.y) * kGroupExpandCols;
-  const int cols = static_cast<int>(min(static_cast<int64_t>(kGroupExpandCols), p.col_end - col0));
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kGroupExpandCols;
+  const int cols = static_cast<int>(min(static_cast<int64_t>(kGroupExpandCols), p.hidden - col0));
   const uint64_t b_policy = read_once_policy(p);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
@@ -423,8 +423,8 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   dev::timeline_stamp(p.timeline_back, 4);
 }
 
-/// grid T x 256: one token per CTA, the columns of its pass (4 per thread per step, float4 loads
-/// of the partials): y[t, c] = fma chain of partial * weight over the token's routes in ascending pair
+/// grid T x 256: one token per CTA, all its columns (4 per thread per step, float4 loads of the
+/// partials): y[t, c] = fma chain of partial * weight over the token's routes in ascending pair
 /// order from 0 (reference::bgmv's grouped order); 0 for tokens without routes or LoRA.
 ///
 /// The token's route list is read before griddepcontrol.wait: the index wrote it, and the index
@@ -439,7 +439,6 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
   const GroupedWs w = grouped_ws(p);
   const int t = blockIdx.x, tid = threadIdx.x;
   const int64_t h = p.hidden;
-  const int end = p.col_end;  // this column pass: [p.col_begin, end)
   const int count = __ldcg(w.token_count + t);
   float* y = p.y + static_cast<int64_t>(t) * p.y_row_stride;
   constexpr int kStep = 4 * kGroupCombineThreads;
@@ -471,12 +470,10 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
     }
     __syncthreads();
     dev::pdl_wait();
-    // NOTE: a later column pass's expand (the only dependent) may start its pre-wait work now.
-    if (p.col_end < h) dev::pdl_trigger();
     // The partials are dead after this read: evict-first, and with discard_partials each line
     // is dropped from L2 once the warp has read it (no write-back to HBM).
     const uint64_t read_policy = read_once_policy(p);
-    for (int c0 = p.col_begin + 4 * tid; c0 < end; c0 += kSteps * kStep) {
+    for (int c0 = 4 * tid; c0 < h; c0 += kSteps * kStep) {
       float acc[kSteps][4] = {};
 #pragma unroll 4
       for (int j = 0; j < count; ++j) {
@@ -485,7 +482,7 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
 #pragma unroll
         for (int s = 0; s < kSteps; ++s) {
           const int c = c0 + s * kStep;
-          if (c < end) {
+          if (c < h) {
             const float4 v =
                 dev::ld_global_hint(reinterpret_cast<const float4*>(src + c), read_policy);
             acc[s][0] = fmaf(v.x, wj, acc[s][0]);
@@ -497,7 +494,7 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
       }
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
-        if (c0 + s * kStep < end) store(c0 + s * kStep, acc[s]);
+        if (c0 + s * kStep < h) store(c0 + s * kStep, acc[s]);
       }
       if (p.discard_partials) {
         // NOTE: after the stores, which need every load of this thread; the warp's loads of a
@@ -509,7 +506,7 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
 #pragma unroll
             for (int s = 0; s < kSteps; ++s) {
               const int c = c0 + s * kStep;
-              if (c < end) dev::discard_l2_line(p.partials + list[j] * h + c);
+              if (c < h) dev::discard_l2_line(p.partials + list[j] * h + c);
             }
           }
         }
@@ -518,11 +515,10 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
     return;
   }
   dev::pdl_wait();
-  if (p.col_end < h) dev::pdl_trigger();
   // More than 16 routes: exact scan of all pairs, compacted in ascending order per chunk of 256,
   // once per column step.
   const int lane = tid & 31, warp = tid >> 5;
-  for (int c0 = p.col_begin; c0 < end; c0 += kStep) {
+  for (int c0 = 0; c0 < h; c0 += kStep) {
     const int c = c0 + 4 * tid;
     float acc[4] = {};
     for (int base = 0; base < p.num_pairs; base += kGroupCombineThreads) {
@@ -544,10 +540,10 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
         weight[at] = p.topk_weights[i];
       }
       __syncthreads();
-      if (c < end) accumulate(chunk_count, c, acc);
+      if (c < h) accumulate(chunk_count, c, acc);
       __syncthreads();
     }
-    if (c < end) store(c, acc);
+    if (c < h) store(c, acc);
   }
 }
 

@@ -65,13 +65,6 @@ struct GroupedParams {
   /// 1: the one-CTA index gathers sorted_routes in shared memory and copies it out coalesced;
   /// 0: one scattered store per route (CAKEMOE_BGMV_INDEX_SMEM_SCATTER=0, A/B runs).
   int index_smem_scatter = 1;
-  /// Passes of expand + combine over column ranges (grouped_column_passes, plan.h), so one
-  /// pass's fp32 partials can stay in L2 until its combine reads them. The launcher sets
-  /// [col_begin, col_end) per pass (col_begin a multiple of kGroupExpandCols; the fused stage
-  /// and a single pass: [0, hidden)).
-  int column_passes = 1;
-  int col_begin = 0;
-  int col_end = 0;
   /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the
   /// bench's per-stage prefixes).
   int last_stage = 3;

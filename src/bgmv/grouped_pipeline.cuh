@@ -44,14 +44,14 @@ inline void launch_combine(const GroupedParams& p, cudaStream_t stream) {
 template <bool kBf16, int kRank, int kTiles>
 void launch_expand_tiles(const GroupedParams& p, cudaStream_t stream) {
   const dim3 grid((p.max_tiles + kTiles - 1) / kTiles,
-                  (p.col_end - p.col_begin + kGroupExpandCols - 1) / kGroupExpandCols);
+                  (p.hidden + kGroupExpandCols - 1) / kGroupExpandCols);
   launch_stage(grouped_expand_kernel<kBf16, kRank, kTiles>, grid, kGroupExpandCols,
                static_cast<size_t>(grouped_expand_smem_bytes(kRank, kTiles)), p.pdl != 0, stream,
                p);
 }
 
 template <bool kBf16, int kRank>
-void launch_expand_pass(const GroupedParams& p, cudaStream_t stream) {
+void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
   switch (p.expand_tiles) {
     case 1:
       launch_expand_tiles<kBf16, kRank, 1>(p, stream);
@@ -68,21 +68,6 @@ void launch_expand_pass(const GroupedParams& p, cudaStream_t stream) {
                                 std::to_string(p.expand_tiles));
   }
   launch_combine(p, stream);
-}
-
-/// Expand then combine per column pass: passes of whole 256-column blocks, so each pass's
-/// partials can stay in L2 until its combine (the next pass's expand waits for that combine).
-template <bool kBf16, int kRank>
-void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
-  const int blocks = (p.hidden + kGroupExpandCols - 1) / kGroupExpandCols;
-  const int passes = std::max(1, std::min(p.column_passes, blocks));
-  const int per_pass = (blocks + passes - 1) / passes;
-  for (int b = 0; b < blocks; b += per_pass) {
-    GroupedParams pass = p;
-    pass.col_begin = b * kGroupExpandCols;
-    pass.col_end = std::min(p.hidden, (b + per_pass) * kGroupExpandCols);
-    launch_expand_pass<kBf16, kRank>(pass, stream);
-  }
 }
 
 /// Calls f(std::integral_constant<int, R>) for the grouped pipeline's rank R (8, 16, 32 or 64).
@@ -119,9 +104,6 @@ void launch_fused(const GroupedParams& p, cudaStream_t stream) {
                               " bytes");
   }
   const auto kernel = grouped_fused_kernel<kBf16, kRank>;
-  GroupedParams all = p;  // one kernel writes every column: one pass
-  all.col_begin = 0;
-  all.col_end = p.hidden;
   CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
   constexpr unsigned kCluster = kRank / kRankTile;
@@ -139,10 +121,10 @@ void launch_fused(const GroupedParams& p, cudaStream_t stream) {
   attribute[1].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = p.pdl != 0 ? 2 : 1;
-  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, all);
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, p);
   if (status != cudaSuccess) (void)cudaGetLastError();
   CAKEMOE_CUDA_CHECK(status);
-  launch_combine(all, stream);
+  launch_combine(p, stream);
 }
 
 template <bool kBf16>

@@ -415,14 +415,6 @@ int grouped_runtime_stage(int chosen, int two_kernel, int forced, Arch arch) {
   return stage == 4 && !clusters ? two_kernel : stage;
 }
 
-int grouped_column_passes(int64_t num_pairs, int64_t hidden, int stage) {
-  if (stage == 4 || num_pairs <= 0 || hidden <= 0) return 1;
-  const int64_t bytes = num_pairs * hidden * static_cast<int64_t>(sizeof(float));
-  const int64_t passes = (bytes + kGroupPassPartialBytes - 1) / kGroupPassPartialBytes;
-  const int64_t blocks = (hidden + kGroupExpandCols - 1) / kGroupExpandCols;
-  return static_cast<int>(std::max<int64_t>(1, std::min(passes, blocks)));
-}
-
 GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
                                    int64_t num_experts, int64_t hidden) {
   GroupedWorkspace w;

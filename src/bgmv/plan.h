@@ -144,14 +144,6 @@ GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_ov
 /// (before SM90).
 int grouped_runtime_stage(int chosen, int two_kernel, int forced, Arch arch);
 
-/// Fp32 partials one column pass of the two-kernel grouped expand + combine may leave in L2 for
-/// its combine (the H200's L2 is 50 MB; B streams through it evict-first beside them).
-constexpr int64_t kGroupPassPartialBytes = int64_t{32} << 20;
-/// Column passes of the two-kernel grouped expand + combine: 1 while the partials [P, H] fit
-/// kGroupPassPartialBytes, else the fewest that bring one pass's share under it; at most one
-/// pass per 256-column block. 1 for the fused stage 4 (one kernel writes every column).
-int grouped_column_passes(int64_t num_pairs, int64_t hidden, int stage);
-
 /// spec §5 grouped workspace: int32 words (with cakemoe's tile_info, see grouped_launch.h) and the
 /// fp32 per-route partials [P, H].
 struct GroupedWorkspace {

@@ -229,19 +229,6 @@ TEST(BgmvPlanWorkspaces, GroupedGeometry) {
   EXPECT_EQ(grouped_runtime_stage(2, 2, 0, Arch::kOther), 0);
 }
 
-// One pass while the fp32 partials fit 32 MiB, else the fewest that fit, capped at one per
-// 256-column block; the fused stage always one.
-TEST(BgmvPlanWorkspaces, GroupedColumnPasses) {
-  EXPECT_EQ(grouped_column_passes(2048, 3072, 1), 1);   // 25.2 MB
-  EXPECT_EQ(grouped_column_passes(2048, 4096, 1), 1);   // exactly 32 MiB
-  EXPECT_EQ(grouped_column_passes(2049, 4096, 1), 2);
-  EXPECT_EQ(grouped_column_passes(4096, 3072, 2), 2);   // 50.3 MB
-  EXPECT_EQ(grouped_column_passes(8192, 3072, 1), 3);   // 100.7 MB
-  EXPECT_EQ(grouped_column_passes(8192, 3072, 4), 1);   // fused
-  EXPECT_EQ(grouped_column_passes(1 << 20, 512, 0), 2);  // two 256-column blocks
-  EXPECT_EQ(grouped_column_passes(0, 3072, 1), 1);
-}
-
 TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
   const RouteIndexLayout l = route_index_layout(10);
   EXPECT_EQ(l.count, 4);

@@ -181,27 +181,6 @@ TEST(BgmvGroupedGpu, ExpandTilesBitwiseVsCpu) {
   }
 }
 
-// Expand + combine in 2, 3 and 8 column passes (CAKEMOE_BGMV_COLUMN_PASSES; more passes than
-// 256-column blocks clamp to one per block): the same bits. The rows cover a last block that is
-// not full (H 2688, 744), partials without the L2 discard (H 744: H % 32 != 0), the combine's
-// > 16-route scan (k 20), both index forms, ranks 8-64 and both dtypes.
-TEST(BgmvGroupedGpu, ColumnPassesBitwiseVsCpu) {
-  CAKEMOE_REQUIRE_GPU();
-  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "1");  // not the fused one
-  const GroupedRow rows[] = {
-      {2688, 32, 300, 2, 4, 64, DType::kBF16, PairOrder::kTokenMajor},
-      {744, 16, 200, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
-      {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
-      {2112, 64, 48, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
-      {1024, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};
-  for (const char* passes : {"2", "3", "8"}) {
-    const testbed::ScopedEnv env("CAKEMOE_BGMV_COLUMN_PASSES", passes);
-    SCOPED_TRACE(std::string("column passes ") + passes);
-    uint64_t seed = 7300;
-    for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
-  }
-}
-
 // The one-CTA index with sorted_routes stored scattered (CAKEMOE_BGMV_INDEX_SMEM_SCATTER=0)
 // instead of through shared memory: the same bits.
 TEST(BgmvGroupedGpu, IndexScatteredStoresBitwiseVsCpu) {
