@@ -122,6 +122,8 @@ int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
 // (GroupedParams::l2_hints). CAKEMOE_BGMV_PACKED_ROUTES=0: sorted_routes holds pair ids alone
 // (GroupedParams::packed_routes). CAKEMOE_BGMV_TILE_MAJOR=0: the grouped shrink's (tile, rank
 // block) grid instead of the tile-major one (GroupedParams::shrink_tile_major).
+// CAKEMOE_BGMV_INDEX_SMEM_SCATTER=0: the one-CTA index stores sorted_routes scattered
+// (GroupedParams::index_smem_scatter).
 int switch_from_env(const char* name) {
   const char* env = std::getenv(name);
   return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
@@ -182,6 +184,7 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.last_stage = impl.grouped_last_stage;
   g.l2_hints = switch_from_env("CAKEMOE_BGMV_L2_HINTS");
   g.shrink_tile_major = switch_from_env("CAKEMOE_BGMV_TILE_MAJOR");
+  g.index_smem_scatter = switch_from_env("CAKEMOE_BGMV_INDEX_SMEM_SCATTER");
   // NOTE: 16 bits of pair id and 15 of token in one int32 (spec §5's P ranges up to 2^20 on the
   // hist / scan / scatter path; those plans keep pair ids alone).
   g.packed_routes = switch_from_env("CAKEMOE_BGMV_PACKED_ROUTES") != 0 && s.num_pairs <= 65536 &&

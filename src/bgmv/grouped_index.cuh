@@ -187,9 +187,10 @@ static_assert((kGroupFusedIndexMaxPairs << kBinBits) > 0, "key packing overflows
 static_assert(kGroupFusedIndexMaxPairs <= (1 << 14), "the packed bin scan holds P in 15 bits");
 
 /// Shared memory of the one-CTA index: offsets and tile bases per bin (packed), the key of every
-/// pair and, when they fit (kGroupIndexSmemTokens), the per-token route counts.
+/// pair, when they fit (kGroupIndexSmemTokens) the per-token route counts, and sorted_routes
+/// before its copy out. At most 208 KB (bins <= 4096, P <= 16384).
 CAKEMOE_HD int index_smem_ints(int bins, int pairs, int tokens) {
-  return bins + 1 + pairs + (tokens <= kGroupIndexSmemTokens ? tokens : 0);
+  return bins + 1 + pairs + (tokens <= kGroupIndexSmemTokens ? tokens : 0) + pairs;
 }
 
 /// 1 CTA x 1024, dynamic smem index_smem_ints() ints: the whole index of the grouped pipeline in
@@ -207,6 +208,7 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   int* key = offs + bins + 1;   // [P]: (place in bin << kBinBits) | bin, or -1
   const bool smem_tokens = p.num_tokens <= kGroupIndexSmemTokens;
   int* token_count = smem_tokens ? key + p.num_pairs : nullptr;
+  int* sorted = key + p.num_pairs + (smem_tokens ? p.num_tokens : 0);  // [P]
   const GroupedWs w = grouped_ws(p);
   if (!smem_tokens) token_count = w.token_count;
   const int tid = threadIdx.x, nt = blockDim.x;
@@ -280,15 +282,23 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   if (tid == 0) w.header[0] = ntiles;
   dev::timeline_stamp_at(p.timeline_front, 0, 4);
   // NOTE: pair i = tid + j * nt is this thread's j-th pair: its token is still in tok[j].
+  // The routes land in shared memory first and leave in one coalesced pass: scattered 4-byte
+  // stores cost the index's single SM a store transaction each, and every later stage waits
+  // until this grid's stores have drained (index_smem_scatter = 0: the scattered stores).
+  int* const dst = p.index_smem_scatter ? sorted : w.sorted_routes;
 #pragma unroll
   for (int j = 0; j < kIndexPairsPerThread; ++j) {
     const int i = tid + j * nt;
     if (i >= p.num_pairs) continue;
     const int k = key[i];
     if (k >= 0) {
-      w.sorted_routes[(offs[k & ((1 << kBinBits) - 1)] >> 16) + (k >> kBinBits)] =
-          route_entry(p, i, tok[j]);
+      dst[(offs[k & ((1 << kBinBits) - 1)] >> 16) + (k >> kBinBits)] = route_entry(p, i, tok[j]);
     }
+  }
+  if (p.index_smem_scatter) {
+    __syncthreads();
+    const int routes = packed_total >> 16;
+    for (int i = tid; i < routes; i += nt) w.sorted_routes[i] = sorted[i];
   }
   dev::timeline_stamp_at(p.timeline_front, 0, 5);
 }

@@ -62,6 +62,9 @@ struct GroupedParams {
   /// 1: the combine drops each partials line from L2 after reading it, so the partials are never
   /// written back to HBM (needs l2_hints and 128-byte partial rows: H % 32 == 0).
   int discard_partials = 0;
+  /// 1: the one-CTA index gathers sorted_routes in shared memory and copies it out coalesced;
+  /// 0: one scattered store per route (CAKEMOE_BGMV_INDEX_SMEM_SCATTER=0, A/B runs).
+  int index_smem_scatter = 1;
   /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the
   /// bench's per-stage prefixes).
   int last_stage = 3;

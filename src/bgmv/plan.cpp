@@ -384,8 +384,8 @@ RouteIndexLayout route_index_layout(int64_t num_tokens) {
 GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override,
                                  int64_t bins, int64_t rank) {
   GroupedGeometry g;
-  // NOTE: the one-CTA index's shared memory (2 bins + 1 + P + T ints, T counted up to 16384) is
-  // at most 164 KB for bins <= 4096 and P <= 16384, so only P limits it.
+  // NOTE: the one-CTA index's shared memory (bins + 1 + 2 P + T ints, T counted up to 16384) is
+  // at most 208 KB for bins <= 4096 and P <= 16384, so only P limits it.
   if (index_override >= 0) {
     core::require(index_override == 0 || num_pairs <= kGroupFusedIndexMaxPairs, "grouped_index",
                   "the one-CTA index takes at most 16384 pairs, got " + std::to_string(num_pairs));

@@ -181,6 +181,18 @@ TEST(BgmvGroupedGpu, ExpandTilesBitwiseVsCpu) {
   }
 }
 
+// The one-CTA index with sorted_routes stored scattered (CAKEMOE_BGMV_INDEX_SMEM_SCATTER=0)
+// instead of through shared memory: the same bits.
+TEST(BgmvGroupedGpu, IndexScatteredStoresBitwiseVsCpu) {
+  CAKEMOE_REQUIRE_GPU();
+  const testbed::ScopedEnv env("CAKEMOE_BGMV_INDEX_SMEM_SCATTER", "0");
+  const GroupedRow rows[] = {
+      {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
+      {768, 8, 600, 8, 2, 16, DType::kFP16, PairOrder::kSlotMajor}};
+  uint64_t seed = 7400;
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, {1});
+}
+
 // P > 16384: the hist / scan / scatter index is the only form.
 TEST(BgmvGroupedGpu, ManyPairsUseTheMultiCtaIndex) {
   CAKEMOE_REQUIRE_GPU();
