@@ -10,7 +10,8 @@
 # OLD_TREE "-": no old tree (only the new bench, its stages and switches).
 # AB_TESTS=<gtest filter> also builds and runs the new tree's test_gpu (after the benches).
 # AB_ENVS="NAME=VALUE[,NAME=VALUE] ..." runs the new bench once more per switch set (bench_env<i>.log);
-# AB_BENCH_ARGS (e.g. --quick) goes to every bench run. AB_NCU_CACHE=none: ncu keeps the caches
+# AB_BENCH_ARGS (e.g. --quick) goes to every bench run. AB_NCU_SECTIONS (default "SpeedOfLight
+# Occupancy") names ncu's sections. AB_NCU_CACHE=none: ncu keeps the caches
 # between kernels (what one stage leaves in L2 for the next; default: flushed before each).
 # Files in OUTDIR: summary.txt, bench_old.log, bench_new.log, bench_stage<S>.log, bench_env<i>.log,
 # ncu_<i>.txt, tests.log (at most 8 come back: keep AB_STAGES, AB_ENVS and AB_NCU_SHAPES short). Build logs stay in
@@ -64,14 +65,18 @@ for assignment in ${AB_ENVS:-}; do  # NAME=VALUE: the new bench again with that 
   env ${assignment//,/ } timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} >>"$out/bench_env$e.log" 2>&1
 done
 i=0
+ncu_sections=""
+for section in ${AB_NCU_SECTIONS:-SpeedOfLight Occupancy}; do
+  ncu_sections+=" --section $section"
+done
 for shape in ${AB_NCU_SHAPES:-}; do
   i=$((i + 1))
   for side in $sides; do
     bench="$CAKEMOE_ROOT/build-ab-$side/bench/bench_bgmv"
     echo "== $side $shape" >>"$out/ncu_$i.txt"
     timeout 90 ncu --clock-control none --cache-control "${AB_NCU_CACHE:-all}" \
-      --graph-profiling node --kernel-name regex:'group' --launch-count 4 --section SpeedOfLight \
-      --section Occupancy --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+      --graph-profiling node --kernel-name regex:'group' --launch-count 4 $ncu_sections \
+      --metrics dram__bytes_read.sum,dram__bytes_write.sum \
       "$bench" --variants --shape="$shape" --reps=1 >>"$out/ncu_$i.txt" 2>&1
   done
 done
