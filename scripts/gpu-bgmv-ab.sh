@@ -74,6 +74,7 @@ for shape in ${AB_NCU_SHAPES:-}; do
   for side in $sides; do
     bench="$CAKEMOE_ROOT/build-ab-$side/bench/bench_bgmv"
     echo "== $side $shape" >>"$out/ncu_$i.txt"
+    # shellcheck disable=SC2086  # ncu_sections is a list of arguments
     timeout 90 ncu --clock-control none --cache-control "${AB_NCU_CACHE:-all}" \
       --graph-profiling node --kernel-name regex:'group' --launch-count 4 $ncu_sections \
       --metrics dram__bytes_read.sum,dram__bytes_write.sum \
