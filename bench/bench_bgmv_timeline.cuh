@@ -24,6 +24,7 @@
 
 #include "bench_bgmv_common.cuh"
 #include "bgmv/cake_device.cuh"
+#include "bgmv/plan.h"
 
 namespace cakemoe {
 namespace {
@@ -131,7 +132,8 @@ int run_timeline_mode(Bench& bench, const std::string& row) {
   // The widest grids: shrink P x R/8 x 8 splits, expand T x H/8 (cake) or P x H/128 (portable);
   // grouped: 1 + max_tiles x R/8 shrink CTAs, max_tiles x H/256 expand CTAs at most.
   const int64_t pairs = s.tokens * s.top_k;
-  const int64_t max_tiles = pairs / 16 + 1 + s.loras * s.experts;
+  const int64_t max_tiles =
+      bgmv::grouped_workspace(pairs, s.tokens, s.loras, s.experts, s.hidden).max_tiles;
   const int64_t ctas =
       std::max({pairs * s.rank, std::max(s.tokens, pairs) * (s.hidden / 8 + 1),
                 1 + max_tiles * (s.rank / 8), max_tiles * (s.hidden / 256 + 1)});

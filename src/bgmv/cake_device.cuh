@@ -178,12 +178,7 @@ CAKEMOE_DEVICE void timeline_stamp_at(unsigned long long* tl, unsigned long long
 
 /// Thread 0 of the CTA records event `event` of its own CTA (slot timeline_cta()) into `tl`.
 CAKEMOE_DEVICE void timeline_stamp(unsigned long long* tl, int event) {
-#if defined(CAKEMOE_BGMV_TIMELINE) && defined(__CUDA_ARCH__)
   timeline_stamp_at(tl, timeline_cta(), event);
-#else
-  (void)tl;
-  (void)event;
-#endif
 }
 
 // ---- Programmatic dependent launch (spec §4.4) --------------------------------------------------
