@@ -189,9 +189,14 @@ static_assert(kGroupFusedIndexMaxPairs <= (1 << 14), "the packed bin scan holds 
 /// Shared memory of the one-CTA index: offsets and tile bases per bin (packed), the key of every
 /// pair, when they fit (kGroupIndexSmemTokens) the per-token route counts, and sorted_routes
 /// before its copy out. At most 208 KB (bins <= 4096, P <= 16384).
-CAKEMOE_HD int index_smem_ints(int bins, int pairs, int tokens) {
+CAKEMOE_HD constexpr int index_smem_ints(int bins, int pairs, int tokens) {
   return bins + 1 + pairs + (tokens <= kGroupIndexSmemTokens ? tokens : 0) + pairs;
 }
+static_assert(index_smem_ints(1 << kBinBits, kGroupFusedIndexMaxPairs, kGroupIndexSmemTokens) *
+                          sizeof(int) +
+                      32 * sizeof(int) <=
+                  227 * 1024,
+              "the one-CTA index's largest shared memory (plus warp_sums) fits SM90's 227 KB");
 
 /// 1 CTA x 1024, dynamic smem index_smem_ints() ints: the whole index of the grouped pipeline in
 /// one launch (P <= kGroupFusedIndexMaxPairs). A route's place inside its bin and inside its

@@ -67,6 +67,13 @@ void check_forms(const GroupedRow& row, uint64_t seed, const std::vector<int>& i
   }
 }
 
+/// check_forms over `rows` (seeds seed + 1, ...) with the A/B switch `name` set to `value`.
+void check_rows_under(const char* name, const char* value, const std::vector<GroupedRow>& rows,
+                      uint64_t seed, const std::vector<int>& indexes) {
+  const testbed::ScopedEnv env(name, value);
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, indexes);
+}
+
 TEST(BgmvGroupedGpu, SmallFormsBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
   const std::vector<int> indexes = {0, 1};
@@ -101,13 +108,12 @@ TEST(BgmvGroupedGpu, FormsBitwiseVsCpu) {
 TEST(BgmvGroupedGpu, UnpackedRoutesBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
   const testbed::ScopedEnv packed_env("CAKEMOE_BGMV_PACKED_ROUTES", "0");
-  const GroupedRow rows[] = {
+  const std::vector<GroupedRow> rows = {
       {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
       {2688, 16, 300, 8, 4, 64, DType::kFP16, PairOrder::kExpertSorted}};
   uint64_t seed = 5700;
   for (const GroupedRow& row : rows) check_forms(row, ++seed, {0, 1});
-  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "4");
-  check_forms(rows[1], ++seed, {1});
+  check_rows_under("CAKEMOE_BGMV_GROUPED_STAGE", "4", {rows[1]}, seed, {1});
 }
 
 // The fused shrink + expand (stage 4, forced here by CAKEMOE_BGMV_GROUPED_STAGE=4; the default at
@@ -185,12 +191,10 @@ TEST(BgmvGroupedGpu, ExpandTilesBitwiseVsCpu) {
 // instead of through shared memory: the same bits.
 TEST(BgmvGroupedGpu, IndexScatteredStoresBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
-  const testbed::ScopedEnv env("CAKEMOE_BGMV_INDEX_SMEM_SCATTER", "0");
-  const GroupedRow rows[] = {
-      {1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
-      {768, 8, 600, 8, 2, 16, DType::kFP16, PairOrder::kSlotMajor}};
-  uint64_t seed = 7400;
-  for (const GroupedRow& row : rows) check_forms(row, ++seed, {1});
+  check_rows_under("CAKEMOE_BGMV_INDEX_SMEM_SCATTER", "0",
+                   {{1344, 16, 40, 6, 2, 16, DType::kFP16, PairOrder::kSlotMajor},
+                    {768, 8, 600, 8, 2, 16, DType::kFP16, PairOrder::kSlotMajor}},
+                   7400, {1});
 }
 
 // Two columns per grouped-expand thread (CAKEMOE_BGMV_EXPAND_COLS=2; ranks 8-32, 2 tiles per CTA):
