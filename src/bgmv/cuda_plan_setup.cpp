@@ -143,6 +143,12 @@ int grouped_expand_tiles_from_env(int chosen) {
   return forced >= 0 ? forced : chosen;
 }
 
+// CAKEMOE_BGMV_EXPAND_COLS=2: two columns per grouped-expand thread where built (ranks <= 32,
+// 2 tiles per CTA; A/B runs; the bits do not depend on it).
+int grouped_expand_cols_from_env(int64_t rank, int tiles) {
+  return digit_from_env("CAKEMOE_BGMV_EXPAND_COLS", "2") == 2 && rank <= 32 && tiles == 2 ? 2 : 1;
+}
+
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
   GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
@@ -181,6 +187,7 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   impl.grouped_fused = geo.stage == 4;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
+  g.expand_cols = grouped_expand_cols_from_env(s.rank, g.expand_tiles);
   g.last_stage = impl.grouped_last_stage;
   g.l2_hints = switch_from_env("CAKEMOE_BGMV_L2_HINTS");
   g.shrink_tile_major = switch_from_env("CAKEMOE_BGMV_TILE_MAJOR");

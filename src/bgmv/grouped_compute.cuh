@@ -115,6 +115,31 @@ CAKEMOE_DEVICE float route_partial(const float* row, const float (&b)[kRank]) {
   return dev::butterfly_lane0<kGroups>(lanes);
 }
 
+/// route_partial for kCols columns at once: the same chains and butterfly per column, each row
+/// value read once for all of them.
+template <int kRank, int kCols>
+CAKEMOE_DEVICE void route_partials(const float* row, const float (&b)[kCols][kRank],
+                                   float (&out)[kCols]) {
+  constexpr int kGroups = kRank / 8;
+  float lanes[kCols][kGroups];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    float part[kCols];
+#pragma unroll
+    for (int u = 0; u < kCols; ++u) part[u] = 0.0f;
+#pragma unroll
+    for (int r = 8 * g; r < 8 * g + 8; ++r) {
+      const float v = row[r];
+#pragma unroll
+      for (int u = 0; u < kCols; ++u) part[u] = fmaf(v, b[u][r], part[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kCols; ++u) lanes[u][g] = part[u];
+  }
+#pragma unroll
+  for (int u = 0; u < kCols; ++u) out[u] = dev::butterfly_lane0<kGroups>(lanes[u]);
+}
+
 /// Shared memory of the split reduction: one sum per (warp, route, rank row).
 using SplitSums = float[4][kGroupShrinkPart][kRankTile];
 
@@ -324,10 +349,17 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
 /// finds them in L2 (the combine reads its route lists the same way). B is an input. Only
 /// tile_rows, the shrink's output, needs the wait; the copies of CTAs that start during the
 /// shrink's last wave overlap it.
-template <bool kBf16, int kRank, int kTiles>
-// NOTE: ranks <= 32 keep 4 CTAs per SM (<= 64 registers; 2 tiles at rank 32 asked for 66).
-__global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
+/// kCols 2 (ranks <= 32, GroupedParams::expand_cols): 128 threads, thread t owns columns t and
+/// t + 128 of the block, so each shrink-row value read from shared memory feeds two FMA chains;
+/// per column the arithmetic (and the bits) are kCols 1's.
+template <bool kBf16, int kRank, int kTiles, int kCols = 1>
+// NOTE: ranks <= 32 keep 4 CTAs per SM (<= 64 registers; 2 tiles at rank 32 asked for 66); two
+// columns per thread (128-thread CTAs, 2 R fp32 of B) keep 6 (ptxas: 72-80 registers, no
+// spill; 36 KB of shared memory each at rank 32).
+__global__ void __launch_bounds__(kGroupExpandCols / kCols, kCols == 2 ? 6 : (kRank <= 32 ? 4 : 2))
     grouped_expand_kernel(GroupedParams p) {
+  static_assert(kCols == 1 || (kCols == 2 && kRank <= 32), "two columns per thread: rank <= 32");
+  constexpr int kThreads = kGroupExpandCols / kCols;
   extern __shared__ uint4 bstage[];  // [kTiles][256 * kRank / 8], grouped_expand_slot order
   __shared__ float srow[kTiles][kGroupTileRoutes][kRank];
   __shared__ int spair[kTiles][kGroupTileRoutes];
@@ -367,7 +399,7 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
     const uint4* block =
         reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
                                        (static_cast<int64_t>(info[j].z) * p.hidden + col0) * kRank);
-    for (int q = tid; q < cols * kGroups; q += kGroupExpandCols) {
+    for (int q = tid; q < cols * kGroups; q += kThreads) {
       dev::cp_async16_hint(
           bstage + j * kTileVectors + grouped_expand_slot<kGroups>(q / kGroups, q % kGroups),
           block + q, b_policy);
@@ -398,26 +430,54 @@ __global__ void __launch_bounds__(kGroupExpandCols, kRank <= 32 ? 4 : 2)
   const int64_t c = col0 + tid;
   // The combine reads the partials next: kept in L2 (evict-last) where they fit.
   const uint64_t partial_policy = read_again_policy(p);
+  if constexpr (kCols == 2) {
+    // NOTE: column tid + 128 may be past the block's last column (a partial block): its B slot
+    // is read (in bounds, stale) and its partial not stored.
+    const bool second = tid + kThreads < cols;
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    const int n = info[j].y;
-    if (n == 0) continue;
-    float b[kRank];
+    for (int j = 0; j < kTiles; ++j) {
+      const int n = info[j].y;
+      if (n == 0) continue;
+      float b[2][kRank];
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      dev::unpack8<!kBf16>(bstage[j * kTileVectors + grouped_expand_slot<kGroups>(tid, g)],
-                           b + 8 * g);
+      for (int u = 0; u < 2; ++u) {
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) {
+          dev::unpack8<!kBf16>(
+              bstage[j * kTileVectors + grouped_expand_slot<kGroups>(tid + u * kThreads, g)],
+              b[u] + 8 * g);
+        }
+      }
+      for (int i = 0; i < n; ++i) {
+        float out[2];
+        route_partials<kRank, 2>(srow[j][i], b, out);
+        float* dst = p.partials + static_cast<int64_t>(spair[j][i]) * p.hidden + c;
+        dev::st_global_hint(dst, out[0], partial_policy);
+        if (second) dev::st_global_hint(dst + kThreads, out[1], partial_policy);
+      }
     }
-    const auto route = [&](int i) {
-      dev::st_global_hint(p.partials + static_cast<int64_t>(spair[j][i]) * p.hidden + c,
-                          route_partial<kRank>(srow[j][i], b), partial_policy);
-    };
-    if constexpr (kRank <= 16) {
-      // NOTE: unrolled by 2 the route loop fits 64 registers without spilling at ranks 8/16.
+  } else {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const int n = info[j].y;
+      if (n == 0) continue;
+      float b[kRank];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        dev::unpack8<!kBf16>(bstage[j * kTileVectors + grouped_expand_slot<kGroups>(tid, g)],
+                             b + 8 * g);
+      }
+      const auto route = [&](int i) {
+        dev::st_global_hint(p.partials + static_cast<int64_t>(spair[j][i]) * p.hidden + c,
+                            route_partial<kRank>(srow[j][i], b), partial_policy);
+      };
+      if constexpr (kRank <= 16) {
+        // NOTE: unrolled by 2 the route loop fits 64 registers without spilling at ranks 8/16.
 #pragma unroll 2
-      for (int i = 0; i < n; ++i) route(i);
-    } else {
-      for (int i = 0; i < n; ++i) route(i);
+        for (int i = 0; i < n; ++i) route(i);
+      } else {
+        for (int i = 0; i < n; ++i) route(i);
+      }
     }
   }
   dev::timeline_stamp(p.timeline_back, 4);

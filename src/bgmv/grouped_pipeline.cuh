@@ -41,11 +41,11 @@ inline void launch_combine(const GroupedParams& p, cudaStream_t stream) {
                stream, p);
 }
 
-template <bool kBf16, int kRank, int kTiles>
+template <bool kBf16, int kRank, int kTiles, int kCols = 1>
 void launch_expand_tiles(const GroupedParams& p, cudaStream_t stream) {
   const dim3 grid((p.max_tiles + kTiles - 1) / kTiles,
                   (p.hidden + kGroupExpandCols - 1) / kGroupExpandCols);
-  launch_stage(grouped_expand_kernel<kBf16, kRank, kTiles>, grid, kGroupExpandCols,
+  launch_stage(grouped_expand_kernel<kBf16, kRank, kTiles, kCols>, grid, kGroupExpandCols / kCols,
                static_cast<size_t>(grouped_expand_smem_bytes(kRank, kTiles)), p.pdl != 0, stream,
                p);
 }
@@ -57,6 +57,12 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
       launch_expand_tiles<kBf16, kRank, 1>(p, stream);
       break;
     case 2:
+      if constexpr (kRank <= 32) {
+        if (p.expand_cols == 2) {
+          launch_expand_tiles<kBf16, kRank, 2, 2>(p, stream);
+          break;
+        }
+      }
       launch_expand_tiles<kBf16, kRank, 2>(p, stream);
       break;
     case 4:

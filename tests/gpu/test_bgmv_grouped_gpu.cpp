@@ -197,6 +197,24 @@ TEST(BgmvGroupedGpu, IndexScatteredStoresBitwiseVsCpu) {
                    7400, {1});
 }
 
+// Two columns per grouped-expand thread (CAKEMOE_BGMV_EXPAND_COLS=2; ranks 8-32, 2 tiles per CTA):
+// the same bits. The rows cover a last column block of fewer than 128 columns (H 744: 232) and
+// of 128-256 (H 2688: 128; H 1344: 64; H 1000: 232), > 16 routes per token and both dtypes.
+TEST(BgmvGroupedGpu, ExpandTwoColumnsBitwiseVsCpu) {
+  CAKEMOE_REQUIRE_GPU();
+  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "1");  // not the fused one
+  const testbed::ScopedEnv env("CAKEMOE_BGMV_EXPAND_COLS", "2");
+  const GroupedRow rows[] = {
+      {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},
+      {2688, 32, 300, 2, 4, 64, DType::kFP16, PairOrder::kExpertSorted},
+      {744, 16, 200, 6, 2, 16, DType::kBF16, PairOrder::kSlotMajor},
+      {1344, 16, 512, 2, 2, 8, DType::kFP16, PairOrder::kSlotMajor},
+      {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
+      {1000, 8, 200, 3, 5, 7, DType::kBF16, PairOrder::kTokenMajor}};
+  uint64_t seed = 7500;
+  for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
+}
+
 // P > 16384: the hist / scan / scatter index is the only form.
 TEST(BgmvGroupedGpu, ManyPairsUseTheMultiCtaIndex) {
   CAKEMOE_REQUIRE_GPU();
