@@ -143,10 +143,11 @@ int grouped_expand_tiles_from_env(int chosen) {
   return forced >= 0 ? forced : chosen;
 }
 
-// CAKEMOE_BGMV_EXPAND_COLS=2: two columns per grouped-expand thread where built (ranks <= 32,
-// 2 tiles per CTA; A/B runs; the bits do not depend on it).
+// Two columns per grouped-expand thread where built (ranks <= 32, 2 tiles per CTA; H200:
+// 0.91-0.99 on those grouped rows, session 14); CAKEMOE_BGMV_EXPAND_COLS=1 keeps one (A/B runs;
+// the bits do not depend on it).
 int grouped_expand_cols_from_env(int64_t rank, int tiles) {
-  return digit_from_env("CAKEMOE_BGMV_EXPAND_COLS", "2") == 2 && rank <= 32 && tiles == 2 ? 2 : 1;
+  return digit_from_env("CAKEMOE_BGMV_EXPAND_COLS", "1") != 1 && rank <= 32 && tiles == 2 ? 2 : 1;
 }
 
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {

@@ -47,8 +47,8 @@ struct GroupedParams {
   int stage = 0;
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
   int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
-  /// Columns per grouped-expand thread: 1, or 2 (128-thread CTAs; ranks <= 32 with 2 tiles per
-  /// CTA; CAKEMOE_BGMV_EXPAND_COLS=2, A/B runs).
+  /// Columns per grouped-expand thread: 2 (128-thread CTAs) where the plan has ranks <= 32 and
+  /// 2 tiles per CTA, else 1; CAKEMOE_BGMV_EXPAND_COLS=1 keeps 1 (A/B runs).
   int expand_cols = 1;
   /// 1: L2 eviction hints (A and B read evict-first, the partials written evict-last so the
   /// combine finds them in L2); 0: plain accesses (CAKEMOE_BGMV_L2_HINTS=0, A/B runs).

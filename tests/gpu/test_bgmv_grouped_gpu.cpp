@@ -197,13 +197,12 @@ TEST(BgmvGroupedGpu, IndexScatteredStoresBitwiseVsCpu) {
                    7400, {1});
 }
 
-// Two columns per grouped-expand thread (CAKEMOE_BGMV_EXPAND_COLS=2; ranks 8-32, 2 tiles per CTA):
-// the same bits. The rows cover a last column block of fewer than 128 columns (H 744: 232) and
+// One and two columns per grouped-expand thread (CAKEMOE_BGMV_EXPAND_COLS=1 / 2; two is the
+// default at ranks 8-32 with 2 tiles per CTA): the same bits. The rows cover a last column block of fewer than 128 columns (H 744: 232) and
 // of 128-256 (H 2688: 128; H 1344: 64; H 1000: 232), > 16 routes per token and both dtypes.
 TEST(BgmvGroupedGpu, ExpandTwoColumnsBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
   const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "1");  // not the fused one
-  const testbed::ScopedEnv env("CAKEMOE_BGMV_EXPAND_COLS", "2");
   const GroupedRow rows[] = {
       {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},
       {2688, 32, 300, 2, 4, 64, DType::kFP16, PairOrder::kExpertSorted},
@@ -211,8 +210,12 @@ TEST(BgmvGroupedGpu, ExpandTwoColumnsBitwiseVsCpu) {
       {1344, 16, 512, 2, 2, 8, DType::kFP16, PairOrder::kSlotMajor},
       {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
       {1000, 8, 200, 3, 5, 7, DType::kBF16, PairOrder::kTokenMajor}};
-  uint64_t seed = 7500;
-  for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
+  for (const char* cols : {"1", "2"}) {
+    SCOPED_TRACE(std::string("CAKEMOE_BGMV_EXPAND_COLS=") + cols);
+    const testbed::ScopedEnv env("CAKEMOE_BGMV_EXPAND_COLS", cols);
+    uint64_t seed = 7500;
+    for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
+  }
 }
 
 // P > 16384: the hist / scan / scatter index is the only form.
