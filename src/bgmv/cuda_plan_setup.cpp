@@ -189,6 +189,8 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.expand_cols = grouped_expand_cols_from_env(s.rank, g.expand_tiles);
+  // CAKEMOE_BGMV_FUSED_COLS=1: one column per step in the fused stage's expand half (A/B runs).
+  g.fused_cols = digit_from_env("CAKEMOE_BGMV_FUSED_COLS", "1") == 1 ? 1 : 2;
   g.last_stage = impl.grouped_last_stage;
   g.l2_hints = switch_from_env("CAKEMOE_BGMV_L2_HINTS");
   g.shrink_tile_major = switch_from_env("CAKEMOE_BGMV_TILE_MAJOR");
