@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
 
   // ---- expand, column block q (grouped_expand_kernel's per-route arithmetic) ----
   const uint64_t partial_policy = read_again_policy(p);
-  if constexpr (kRank <= 16) {
+  if constexpr (kRank <= 32) {
     if (p.fused_cols == 2) {
       // Two columns per thread per step (lc and lc + 128): each shrink-row value read from shared
       // memory feeds both columns' chains; per column the arithmetic is the one-column loop's.

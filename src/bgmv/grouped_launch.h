@@ -50,7 +50,7 @@ struct GroupedParams {
   /// Columns per grouped-expand thread: 2 (128-thread CTAs) where the plan has ranks <= 32 and
   /// 2 tiles per CTA, else 1; CAKEMOE_BGMV_EXPAND_COLS=1 keeps 1 (A/B runs).
   int expand_cols = 1;
-  /// Columns per thread per step of the fused stage's expand half at ranks <= 16: 2 (lc and
+  /// Columns per thread per step of the fused stage's expand half at ranks <= 32: 2 (lc and
   /// lc + 128), or 1 (CAKEMOE_BGMV_FUSED_COLS=1, A/B runs). The bits do not depend on it.
   int fused_cols = 2;
   /// 1: L2 eviction hints (A and B read evict-first, the partials written evict-last so the
