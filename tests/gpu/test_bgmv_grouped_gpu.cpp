@@ -138,7 +138,7 @@ TEST(BgmvGroupedGpu, FusedShrinkExpandBitwiseVsCpu) {
       {7176, 8, 64, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};  // 128 KB: 1 CTA per SM
   uint64_t seed = 5300;
   for (const GroupedRow& row : rows) check_forms(row, ++seed, {1, 0});
-  // One column per step in the expand half (two is the default at ranks <= 16).
+  // One column per step in the expand half (two is the default at ranks <= 32).
   check_rows_under("CAKEMOE_BGMV_FUSED_COLS", "1", {rows[0], rows[1], rows[7], rows[9]}, 5350,
                    {1});
 }
