@@ -201,8 +201,9 @@ TEST(BgmvGroupedGpu, IndexScatteredStoresBitwiseVsCpu) {
 }
 
 // One and two columns per grouped-expand thread (CAKEMOE_BGMV_EXPAND_COLS=1 / 2; two is the
-// default at ranks 8-32 with 2 tiles per CTA): the same bits. The rows cover a last column block of fewer than 128 columns (H 744: 232) and
-// of 128-256 (H 2688: 128; H 1344: 64; H 1000: 232), > 16 routes per token and both dtypes.
+// default at ranks 8-32 with 2 tiles per CTA): the same bits. The rows cover a last column block
+// of fewer than 128 columns (H 744: 232) and of 128-256 (H 2688: 128; H 1344: 64; H 1000: 232),
+// > 16 routes per token and both dtypes.
 TEST(BgmvGroupedGpu, ExpandTwoColumnsBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
   const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "1");  // not the fused one
