@@ -123,51 +123,34 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
 
   // ---- expand, column block q (grouped_expand_kernel's per-route arithmetic) ----
   const uint64_t partial_policy = read_again_policy(p);
-  if constexpr (kRank <= 32) {
-    if (p.fused_cols == 2) {
-      // Two columns per thread per step (lc and lc + 128): each shrink-row value read from shared
-      // memory feeds both columns' chains; per column the arithmetic is the one-column loop's.
-      for (int lc = tid; lc < cols; lc += 2 * kShrinkThreads) {
-        const int lc2 = lc + kShrinkThreads;
-        const bool second = lc2 < cols;
-        float b[2][kRank];
+  // NOTE: kRank <= 32 folds the condition at rank 64, so that instance has no two-column code.
+  if (kRank <= 32 && p.fused_cols == 2) {
+    // Two columns per thread per step (lc and lc + 128); a missing second column reads the
+    // first's slots again (no stale reads).
+    for (int lc = tid; lc < cols; lc += 2 * kShrinkThreads) {
+      const int lc2 = lc + kShrinkThreads;
+      const bool second = lc2 < cols;
+      expand_two_columns<kBf16, kRank, 2>(p, stage, lc, second ? lc2 : lc, kShrinkThreads, second,
+                                          srow, spair, routes, col0 + lc, partial_policy);
+    }
+  } else {
+    for (int lc = tid; lc < cols; lc += kShrinkThreads) {
+      const int64_t c = col0 + lc;
+      float b[kRank];
 #pragma unroll
-        for (int g = 0; g < kGroups; ++g) {
-          dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc, g)], b[0] + 8 * g);
-          // NOTE: a missing second column reads the first's slot again (no stale reads).
-          dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(second ? lc2 : lc, g)],
-                               b[1] + 8 * g);
-        }
-        const int64_t c = col0 + lc;
-#pragma unroll 2
-        for (int i = 0; i < routes; ++i) {
-          float out[2];
-          route_partials<kRank, 2>(srow[i], b, out);
-          float* dst = p.partials + static_cast<int64_t>(spair[i]) * h + c;
-          dev::st_global_hint(dst, out[0], partial_policy);
-          if (second) dev::st_global_hint(dst + kShrinkThreads, out[1], partial_policy);
-        }
+      for (int g = 0; g < kGroups; ++g) {
+        dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc, g)], b + 8 * g);
       }
-      cluster_wait();  // the peers have read this CTA's rows
-      return;
-    }
-  }
-  for (int lc = tid; lc < cols; lc += kShrinkThreads) {
-    const int64_t c = col0 + lc;
-    float b[kRank];
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc, g)], b + 8 * g);
-    }
-    const auto route = [&](int i) {
-      dev::st_global_hint(p.partials + static_cast<int64_t>(spair[i]) * h + c,
-                          route_partial<kRank>(srow[i], b), partial_policy);
-    };
-    if constexpr (kRank <= 16) {
+      const auto route = [&](int i) {
+        dev::st_global_hint(p.partials + static_cast<int64_t>(spair[i]) * h + c,
+                            route_partial<kRank>(srow[i], b), partial_policy);
+      };
+      if constexpr (kRank <= 16) {
 #pragma unroll 2
-      for (int i = 0; i < routes; ++i) route(i);
-    } else {
-      for (int i = 0; i < routes; ++i) route(i);
+        for (int i = 0; i < routes; ++i) route(i);
+      } else {
+        for (int i = 0; i < routes; ++i) route(i);
+      }
     }
   }
   cluster_wait();  // the peers have read this CTA's rows
