@@ -51,7 +51,8 @@ struct GroupedParams {
   /// 2 tiles per CTA, else 1; CAKEMOE_BGMV_EXPAND_COLS=1 keeps 1 (A/B runs).
   int expand_cols = 1;
   /// Columns per thread per step of the fused stage's expand half at ranks <= 32: 2 (lc and
-  /// lc + 128), or 1 (CAKEMOE_BGMV_FUSED_COLS=1, A/B runs). The bits do not depend on it.
+  /// lc + 128), or 1 (CAKEMOE_BGMV_FUSED_COLS=1, A/B runs); at rank 64, 2 (forced only) gives a
+  /// column pair to a thread pair (expand_pair_partial). The bits do not depend on it.
   int fused_cols = 2;
   /// 1: L2 eviction hints (A and B read evict-first, the partials written evict-last so the
   /// combine finds them in L2); 0: plain accesses (CAKEMOE_BGMV_L2_HINTS=0, A/B runs).
