@@ -155,7 +155,8 @@ constexpr int grouped_expand_threads(int rank, int cols) {
 /// `mask`: the warp's lanes that call it (whole pairs).
 CAKEMOE_DEVICE float expand_pair_partial(const float* row, const float (&b)[2][32], int h,
                                          unsigned mask) {
-  float w[2][2];  // level 1 per column u: w[u][0] = v(2h) + v(2h + 4), w[u][1] = v(2h + 1) + v(2h + 5)
+  // Level 1 per column u: w[u][0] = v(2h) + v(2h + 4), w[u][1] = v(2h + 1) + v(2h + 5).
+  float w[2][2];
 #pragma unroll
   for (int u = 0; u < 2; ++u) {
     float v[4];
@@ -489,8 +490,8 @@ __global__ void __launch_bounds__(grouped_expand_threads(kRank, kCols),
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int g = 2 * h + (q & 1) + (q >> 1) * 4;
-          dev::unpack8<!kBf16>(bstage[j * kTileVectors + grouped_expand_slot<kGroups>(pair0 + u, g)],
-                               b[u] + 8 * q);
+          dev::unpack8<!kBf16>(
+              bstage[j * kTileVectors + grouped_expand_slot<kGroups>(pair0 + u, g)], b[u] + 8 * q);
         }
       }
       for (int i = 0; i < n; ++i) {
