@@ -97,26 +97,10 @@ CAKEMOE_DEVICE void load_x_vectors(const uint16_t* const (&xs)[kGroupShrinkPart]
   }
 }
 
-/// One route's unweighted partial for one column (the grouped order of spec §3.2): per rank group
-/// g an FMA chain over r = 8g .. 8g + 7 from 0, then lane 0 of the XOR butterfly (offsets
-/// G/2 .. 1) over the groups. `row`: the route's shrink row widened to fp32; `b`: the column's
-/// B row.
-template <int kRank>
-CAKEMOE_DEVICE float route_partial(const float* row, const float (&b)[kRank]) {
-  constexpr int kGroups = kRank / 8;
-  float lanes[kGroups];
-#pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
-    float part = 0.0f;
-#pragma unroll
-    for (int r = 8 * g; r < 8 * g + 8; ++r) part = fmaf(row[r], b[r], part);
-    lanes[g] = part;
-  }
-  return dev::butterfly_lane0<kGroups>(lanes);
-}
-
-/// route_partial for kCols columns at once: the same chains and butterfly per column, each row
-/// value read once for all of them.
+/// One route's unweighted partials for kCols columns (the grouped order of spec §3.2): per column
+/// and rank group g an FMA chain over r = 8g .. 8g + 7 from 0, then lane 0 of the XOR butterfly
+/// (offsets G/2 .. 1) over the groups. `row`: the route's shrink row widened to fp32, each value
+/// read once for all columns; `b[u]`: column u's B row.
 template <int kRank, int kCols>
 CAKEMOE_DEVICE void route_partials(const float* row, const float (&b)[kCols][kRank],
                                    float (&out)[kCols]) {
@@ -138,6 +122,47 @@ CAKEMOE_DEVICE void route_partials(const float* row, const float (&b)[kCols][kRa
   }
 #pragma unroll
   for (int u = 0; u < kCols; ++u) out[u] = dev::butterfly_lane0<kGroups>(lanes[u]);
+}
+
+/// route_partials for one column.
+template <int kRank>
+CAKEMOE_DEVICE float route_partial(const float* row, const float (&b)[kRank]) {
+  float out[1];
+  route_partials<kRank, 1>(row, reinterpret_cast<const float(&)[1][kRank]>(b), out);
+  return out[0];
+}
+
+/// Two columns of an expand block, lc and lc + `col1_offset`, for `n` routes (expand_cols /
+/// fused_cols 2): both B rows unpacked from `stage` (grouped_expand_slot order; `slot_col1` is
+/// the column whose slots are read for the second, so a block without it can name an in-bounds
+/// one), then per route both partials from one read of the shrink row; the second is stored only
+/// if `second`. `c`: lc's column in H. kUnroll 2: the route loop unrolled by 2; else the
+/// compiler's choice.
+template <bool kBf16, int kRank, int kUnroll>
+CAKEMOE_DEVICE void expand_two_columns(const GroupedParams& p, const uint4* stage, int lc,
+                                       int slot_col1, int col1_offset, bool second,
+                                       const float (*rows)[kRank], const int* pairs, int n,
+                                       int64_t c, uint64_t policy) {
+  constexpr int kGroups = kRank / 8;
+  float b[2][kRank];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc, g)], b[0] + 8 * g);
+    dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(slot_col1, g)], b[1] + 8 * g);
+  }
+  const auto route = [&](int i) {
+    float out[2];
+    route_partials<kRank, 2>(rows[i], b, out);
+    float* dst = p.partials + static_cast<int64_t>(pairs[i]) * p.hidden + c;
+    dev::st_global_hint(dst, out[0], policy);
+    if (second) dev::st_global_hint(dst + col1_offset, out[1], policy);
+  };
+  if constexpr (kUnroll == 2) {
+#pragma unroll 2
+    for (int i = 0; i < n; ++i) route(i);
+  } else {
+    for (int i = 0; i < n; ++i) route(i);
+  }
 }
 
 /// Threads of a grouped-expand CTA: one per column, or with two columns per thread (kCols 2)
@@ -505,25 +530,10 @@ __global__ void __launch_bounds__(grouped_expand_threads(kRank, kCols),
     const bool second = tid + kThreads < cols;
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
-      const int n = info[j].y;
-      if (n == 0) continue;
-      float b[2][kRank];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-#pragma unroll
-        for (int g = 0; g < kGroups; ++g) {
-          dev::unpack8<!kBf16>(
-              bstage[j * kTileVectors + grouped_expand_slot<kGroups>(tid + u * kThreads, g)],
-              b[u] + 8 * g);
-        }
-      }
-      for (int i = 0; i < n; ++i) {
-        float out[2];
-        route_partials<kRank, 2>(srow[j][i], b, out);
-        float* dst = p.partials + static_cast<int64_t>(spair[j][i]) * p.hidden + c;
-        dev::st_global_hint(dst, out[0], partial_policy);
-        if (second) dev::st_global_hint(dst + kThreads, out[1], partial_policy);
-      }
+      if (info[j].y == 0) continue;
+      expand_two_columns<kBf16, kRank, 1>(p, bstage + j * kTileVectors, tid, tid + kThreads,
+                                          kThreads, second, srow[j], spair[j], info[j].y, c,
+                                          partial_policy);
     }
   } else {
 #pragma unroll

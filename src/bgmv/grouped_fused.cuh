@@ -123,86 +123,64 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
 
   // ---- expand, column block q (grouped_expand_kernel's per-route arithmetic) ----
   const uint64_t partial_policy = read_again_policy(p);
-  if constexpr (kRank == 64) {
-    if (p.fused_cols == 2) {
-      // Column pairs (lc even, lc + 1) to thread pairs: the loop runs to an even bound so both
-      // threads of a pair take every step; a column past the block (odd cols) reads the last
-      // column's B slots and stores nothing.
-      const int cols_even = (cols + 1) & ~1;
-      const int half = tid & 1, lane = tid & 31;
-      for (int lc = tid; lc < cols_even; lc += kShrinkThreads) {
-        const int pair0 = lc & ~1;
-        float b[2][32];
+  // NOTE: the rank conditions fold at compile time, so each instance keeps only its own forms.
+  if (kRank <= 32 && p.fused_cols == 2) {
+    // Two columns per thread per step (lc and lc + 128); a missing second column reads the
+    // first's slots again (no stale reads).
+    for (int lc = tid; lc < cols; lc += 2 * kShrinkThreads) {
+      const int lc2 = lc + kShrinkThreads;
+      const bool second = lc2 < cols;
+      expand_two_columns<kBf16, kRank, 2>(p, stage, lc, second ? lc2 : lc, kShrinkThreads, second,
+                                          srow, spair, routes, col0 + lc, partial_policy);
+    }
+  } else if (kRank == 64 && p.fused_cols == 2) {
+    // Column pairs (lc even, lc + 1) to thread pairs: the loop runs to an even bound so both
+    // threads of a pair take every step; a column past the block (odd cols) reads the last
+    // column's B slots and stores nothing.
+    const int cols_even = (cols + 1) & ~1;
+    const int half = tid & 1, lane = tid & 31;
+    for (int lc = tid; lc < cols_even; lc += kShrinkThreads) {
+      const int pair0 = lc & ~1;
+      float b[2][32];
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int col = min(pair0 + u, cols - 1);
+      for (int u = 0; u < 2; ++u) {
+        const int col = min(pair0 + u, cols - 1);
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int g = 2 * half + (q & 1) + (q >> 1) * 4;
-            dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(col, g)], b[u] + 8 * q);
-          }
-        }
-        // The warp's lanes in this step: those whose column is below cols_even (a prefix).
-        const int in_step = min(32, cols_even - (lc - lane));
-        const unsigned live = in_step >= 32 ? 0xFFFFFFFFu : (1u << in_step) - 1u;
-        const int64_t c = col0 + lc;
-        for (int i = 0; i < routes; ++i) {
-          const float v = expand_pair_partial(srow[i], b, half, live);
-          if (lc < cols) {
-            dev::st_global_hint(p.partials + static_cast<int64_t>(spair[i]) * h + c, v,
-                                partial_policy);
-          }
+        for (int q = 0; q < 4; ++q) {
+          const int g = 2 * half + (q & 1) + (q >> 1) * 4;
+          dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(col, g)], b[u] + 8 * q);
         }
       }
-      cluster_wait();  // the peers have read this CTA's rows
-      return;
-    }
-  }
-  if constexpr (kRank <= 32) {
-    if (p.fused_cols == 2) {
-      // Two columns per thread per step (lc and lc + 128): each shrink-row value read from shared
-      // memory feeds both columns' chains; per column the arithmetic is the one-column loop's.
-      for (int lc = tid; lc < cols; lc += 2 * kShrinkThreads) {
-        const int lc2 = lc + kShrinkThreads;
-        const bool second = lc2 < cols;
-        float b[2][kRank];
-#pragma unroll
-        for (int g = 0; g < kGroups; ++g) {
-          dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc, g)], b[0] + 8 * g);
-          // NOTE: a missing second column reads the first's slot again (no stale reads).
-          dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(second ? lc2 : lc, g)],
-                               b[1] + 8 * g);
-        }
-        const int64_t c = col0 + lc;
-#pragma unroll 2
-        for (int i = 0; i < routes; ++i) {
-          float out[2];
-          route_partials<kRank, 2>(srow[i], b, out);
-          float* dst = p.partials + static_cast<int64_t>(spair[i]) * h + c;
-          dev::st_global_hint(dst, out[0], partial_policy);
-          if (second) dev::st_global_hint(dst + kShrinkThreads, out[1], partial_policy);
+      // The warp's lanes in this step: those whose column is below cols_even (a prefix).
+      const int in_step = min(32, cols_even - (lc - lane));
+      const unsigned live = in_step >= 32 ? 0xFFFFFFFFu : (1u << in_step) - 1u;
+      const int64_t c = col0 + lc;
+      for (int i = 0; i < routes; ++i) {
+        const float v = expand_pair_partial(srow[i], b, half, live);
+        if (lc < cols) {
+          dev::st_global_hint(p.partials + static_cast<int64_t>(spair[i]) * h + c, v,
+                              partial_policy);
         }
       }
-      cluster_wait();  // the peers have read this CTA's rows
-      return;
     }
-  }
-  for (int lc = tid; lc < cols; lc += kShrinkThreads) {
-    const int64_t c = col0 + lc;
-    float b[kRank];
+  } else {
+    for (int lc = tid; lc < cols; lc += kShrinkThreads) {
+      const int64_t c = col0 + lc;
+      float b[kRank];
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc, g)], b + 8 * g);
-    }
-    const auto route = [&](int i) {
-      dev::st_global_hint(p.partials + static_cast<int64_t>(spair[i]) * h + c,
-                          route_partial<kRank>(srow[i], b), partial_policy);
-    };
-    if constexpr (kRank <= 16) {
+      for (int g = 0; g < kGroups; ++g) {
+        dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc, g)], b + 8 * g);
+      }
+      const auto route = [&](int i) {
+        dev::st_global_hint(p.partials + static_cast<int64_t>(spair[i]) * h + c,
+                            route_partial<kRank>(srow[i], b), partial_policy);
+      };
+      if constexpr (kRank <= 16) {
 #pragma unroll 2
-      for (int i = 0; i < routes; ++i) route(i);
-    } else {
-      for (int i = 0; i < routes; ++i) route(i);
+        for (int i = 0; i < routes; ++i) route(i);
+      } else {
+        for (int i = 0; i < routes; ++i) route(i);
+      }
     }
   }
   cluster_wait();  // the peers have read this CTA's rows
