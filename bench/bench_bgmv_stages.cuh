@@ -28,6 +28,85 @@ __global__ void null_kernel() {}
 __global__ void null_trigger_kernel() { bgmv::dev::pdl_trigger(); }
 __global__ void null_wait_kernel() { bgmv::dev::pdl_wait(); }
 
+// The handoff of a decode plan with nothing else in it (bench/NOTES.md session 15): producers
+// (the shrink: kHandoffProducers CTAs, 12 KB each from HBM) hand 512 bytes each to consumers (the
+// expand: kHandoffConsumers CTAs that load 16 KB of their own before the handoff, then read every
+// producer's bytes). Two kernels with a PDL edge, or one kernel whose consumers spin on an arrival
+// counter the producers release (reset by the last consumer: the next replay starts after this
+// grid completed).
+constexpr int kHandoffProducers = 32, kHandoffConsumers = 24, kHandoffThreads = 128;
+constexpr int kHandoffProducerVectors = 12 * 1024 / 16 / kHandoffThreads;  // uint4 per thread
+constexpr int kHandoffConsumerVectors = 16 * 1024 / 16 / kHandoffThreads;
+
+struct HandoffBuffers {
+  const uint4* a;  ///< [producers][12 KB]
+  const uint4* b;  ///< [consumers][16 KB]
+  float* mid;      ///< [producers][128]
+  float* out;      ///< [consumers][128]
+  unsigned* counters;  ///< {arrivals, departures}, zero between launches
+};
+
+__device__ __forceinline__ void handoff_produce(const HandoffBuffers& h, int cta) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kHandoffProducerVectors; ++i) {
+    const uint4 v = __ldg(h.a + (cta * kHandoffProducerVectors + i) * kHandoffThreads + threadIdx.x);
+    acc += __uint_as_float(v.x) + __uint_as_float(v.y) + __uint_as_float(v.z) + __uint_as_float(v.w);
+  }
+  h.mid[cta * kHandoffThreads + threadIdx.x] = acc;
+}
+
+__device__ __forceinline__ float handoff_preload(const HandoffBuffers& h, int cta) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kHandoffConsumerVectors; ++i) {
+    const uint4 v = __ldg(h.b + (cta * kHandoffConsumerVectors + i) * kHandoffThreads + threadIdx.x);
+    acc += __uint_as_float(v.x) + __uint_as_float(v.w);
+  }
+  return acc;
+}
+
+__device__ __forceinline__ void handoff_consume(const HandoffBuffers& h, int cta, float acc) {
+#pragma unroll 8
+  for (int j = 0; j < kHandoffProducers; ++j) acc += __ldcg(h.mid + j * kHandoffThreads + threadIdx.x);
+  h.out[cta * kHandoffThreads + threadIdx.x] = acc;
+}
+
+__global__ void handoff_producer_kernel(HandoffBuffers h) {
+  bgmv::dev::pdl_trigger();
+  handoff_produce(h, blockIdx.x);
+}
+__global__ void handoff_consumer_kernel(HandoffBuffers h) {
+  const float acc = handoff_preload(h, blockIdx.x);
+  bgmv::dev::pdl_wait();
+  handoff_consume(h, blockIdx.x, acc);
+}
+__global__ void handoff_one_kernel(HandoffBuffers h) {
+  if (blockIdx.x < kHandoffProducers) {
+    handoff_produce(h, blockIdx.x);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(h.counters, 1u);
+    }
+    return;
+  }
+  const int cta = blockIdx.x - kHandoffProducers;
+  const float acc = handoff_preload(h, cta);
+  if (threadIdx.x == 0) {
+    unsigned seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(h.counters) : "memory");
+    } while (seen < kHandoffProducers);
+  }
+  __syncthreads();
+  handoff_consume(h, cta, acc);
+  if (threadIdx.x == 0 && atomicAdd(h.counters + 1, 1u) == kHandoffConsumers - 1) {
+    h.counters[0] = 0;
+    h.counters[1] = 0;
+  }
+}
+
 /// An instantiated graph, destroyed with its owner.
 class GraphExec {
  public:
@@ -198,6 +277,60 @@ void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_
   for (const StageRow& r : rows) print_stage(r);
 }
 
+/// The decode handoff in two kernels with a PDL edge against one kernel with a spin (plain and
+/// with the cooperative launch attribute, which guarantees the co-residency the spin needs).
+void run_handoff_graphs(Bench& bench) {
+  const size_t a_bytes = size_t{kHandoffProducers} * 12 * 1024;
+  const size_t b_bytes = size_t{kHandoffConsumers} * 16 * 1024;
+  const size_t mid_bytes = size_t{kHandoffProducers} * kHandoffThreads * sizeof(float);
+  const size_t out_bytes = size_t{kHandoffConsumers} * kHandoffThreads * sizeof(float);
+  char* base = nullptr;
+  const size_t total = a_bytes + b_bytes + mid_bytes + out_bytes + 256;
+  CAKEMOE_CUDA_CHECK(cudaMalloc(&base, total));
+  CAKEMOE_CUDA_CHECK(cudaMemset(base, 0x3c, total - 256));
+  CAKEMOE_CUDA_CHECK(cudaMemset(base + total - 256, 0, 256));
+  HandoffBuffers h{};
+  h.a = reinterpret_cast<const uint4*>(base);
+  h.b = reinterpret_cast<const uint4*>(base + a_bytes);
+  h.mid = reinterpret_cast<float*>(base + a_bytes + b_bytes);
+  h.out = reinterpret_cast<float*>(base + a_bytes + b_bytes + mid_bytes);
+  h.counters = reinterpret_cast<unsigned*>(base + total - 256);
+  try {
+    const GraphExec two(bench.stream, [&](cudaStream_t st) {
+      handoff_producer_kernel<<<kHandoffProducers, kHandoffThreads, 0, st>>>(h);
+      CAKEMOE_CUDA_CHECK(cudaGetLastError());
+      bgmv::dev::launch_pdl(handoff_consumer_kernel, dim3(kHandoffConsumers),
+                            dim3(kHandoffThreads), 0, st, true, h);
+    });
+    print_stage({"handoff, 2k PDL", bench.time_graph(two.get())});
+    const GraphExec one(bench.stream, [&](cudaStream_t st) {
+      handoff_one_kernel<<<kHandoffProducers + kHandoffConsumers, kHandoffThreads, 0, st>>>(h);
+      CAKEMOE_CUDA_CHECK(cudaGetLastError());
+    });
+    print_stage({"handoff, 1k spin", bench.time_graph(one.get())});
+    const GraphExec coop(bench.stream, [&](cudaStream_t st) {
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(kHandoffProducers + kHandoffConsumers);
+      config.blockDim = dim3(kHandoffThreads);
+      config.stream = st;
+      cudaLaunchAttribute attribute[1] = {};
+      attribute[0].id = cudaLaunchAttributeCooperative;
+      attribute[0].val.cooperative = 1;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      CAKEMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, handoff_one_kernel, h));
+    });
+    print_stage({"handoff, 1k spin coop", bench.time_graph(coop.get())});
+    unsigned counters[2] = {1, 1};
+    CAKEMOE_CUDA_CHECK(cudaMemcpy(counters, h.counters, sizeof(counters), cudaMemcpyDeviceToHost));
+    std::printf("  handoff counters after the replays: %u %u (0 0 expected)\n", counters[0],
+                counters[1]);
+  } catch (const std::exception& e) {
+    std::printf("  handoff graphs not measured: %s\n", e.what());
+  }
+  CAKEMOE_CUDA_CHECK(cudaFree(base));
+}
+
 /// Empty graphs under the same flush / event protocol: 0, 1 and 2 null-kernel nodes, and 2 with
 /// the programmatic (PDL) edge the per-route plans use (the floor a one-kernel decode competes
 /// with).
@@ -220,6 +353,7 @@ void run_empty_graphs(Bench& bench) {
     bgmv::dev::launch_pdl(null_wait_kernel, dim3(1), dim3(32), 0, st, true);
   });
   print_stage({"empty graph, 2k PDL", bench.time_graph(g.get())});
+  run_handoff_graphs(bench);
 }
 
 /// --stages: the representative rows of bench/NOTES.md (L 8, E 128) and the 4-LoRA vLLM rows

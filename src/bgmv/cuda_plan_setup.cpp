@@ -146,8 +146,14 @@ int grouped_expand_tiles_from_env(int chosen) {
 // Two columns per grouped-expand thread where built (ranks <= 32, 2 tiles per CTA; H200:
 // 0.91-0.99 on those grouped rows, session 14); CAKEMOE_BGMV_EXPAND_COLS=1 keeps one (A/B runs;
 // the bits do not depend on it).
-int grouped_expand_cols_from_env(int64_t rank, int tiles) {
-  return digit_from_env("CAKEMOE_BGMV_EXPAND_COLS", "1") != 1 && rank <= 32 && tiles == 2 ? 2 : 1;
+// At rank 64 (a column pair per thread pair) from 4096 pairs (H200, session 15, H 4096 rows:
+// 0.94-0.97 at 6144-16384 pairs, 0.99-1.00 at 3072-4096, 1.04-1.07 at 1536-2048 where a tile
+// holds 1-2 routes), or forced with CAKEMOE_BGMV_EXPAND_COLS=2.
+int grouped_expand_cols_from_env(int64_t rank, int tiles, int64_t pairs) {
+  const int forced = digit_from_env("CAKEMOE_BGMV_EXPAND_COLS", "12");
+  if (tiles != 2 || forced == 1) return 1;
+  if (rank <= 32 || forced == 2) return 2;
+  return rank == 64 && pairs >= kGroupExpandPairColsMinPairs ? 2 : 1;
 }
 
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
@@ -188,9 +194,11 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   impl.grouped_fused = geo.stage == 4;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
-  g.expand_cols = grouped_expand_cols_from_env(s.rank, g.expand_tiles);
+  g.expand_cols = grouped_expand_cols_from_env(s.rank, g.expand_tiles, s.num_pairs);
   // CAKEMOE_BGMV_FUSED_COLS=1: one column per step in the fused stage's expand half (A/B runs).
-  g.fused_cols = digit_from_env("CAKEMOE_BGMV_FUSED_COLS", "1") == 1 ? 1 : 2;
+  // At rank 64 (a column pair per thread pair) only with CAKEMOE_BGMV_FUSED_COLS=2 (not measured).
+  const int fused_forced = digit_from_env("CAKEMOE_BGMV_FUSED_COLS", "12");
+  g.fused_cols = fused_forced == 1 || (s.rank == 64 && fused_forced != 2) ? 1 : 2;
   g.last_stage = impl.grouped_last_stage;
   g.l2_hints = switch_from_env("CAKEMOE_BGMV_L2_HINTS");
   g.shrink_tile_major = switch_from_env("CAKEMOE_BGMV_TILE_MAJOR");

@@ -165,6 +165,47 @@ CAKEMOE_DEVICE void expand_two_columns(const GroupedParams& p, const uint4* stag
   }
 }
 
+/// Threads of a grouped-expand CTA: one per column, or with two columns per thread (kCols 2)
+/// one per column pair at ranks <= 32; at rank 64 a column pair is shared by a thread pair
+/// (expand_pair_partial), so again one thread per column.
+constexpr int grouped_expand_threads(int rank, int cols) {
+  return cols == 2 && rank <= 32 ? kGroupExpandCols / 2 : kGroupExpandCols;
+}
+
+/// Rank 64, two columns per thread pair (lanes 2m, 2m + 1): half h keeps rank groups
+/// {2h, 2h + 1, 2h + 4, 2h + 5} of both columns (b[u][q], q the group's index in that list), so
+/// dev::butterfly_lane0's first level (g + g ^ 4) is local; its second level crosses the pair
+/// with one shfl.xor of two values per route, and each thread finishes column h of the pair.
+/// Per column the groups' chains and the butterfly tree are route_partial's, so are the bits.
+/// `mask`: the warp's lanes that call it (whole pairs).
+CAKEMOE_DEVICE float expand_pair_partial(const float* row, const float (&b)[2][32], int h,
+                                         unsigned mask) {
+  // Level 1 per column u: w[u][0] = v(2h) + v(2h + 4), w[u][1] = v(2h + 1) + v(2h + 5).
+  float w[2][2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    float v[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int g = 2 * h + (q & 1) + (q >> 1) * 4;  // q 0..3 -> 2h, 2h + 1, 2h + 4, 2h + 5
+      float part = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) part = fmaf(row[8 * g + e], b[u][8 * q + e], part);
+      v[q] = part;
+    }
+    w[u][0] = v[0] + v[2];
+    w[u][1] = v[1] + v[3];
+  }
+  // Half 0 finishes column 0 and needs half 1's level-1 values of it; half 1 the reverse.
+  // NOTE: selects, not w[1 - h][.] (a runtime index puts w in local memory).
+  const float send0 = h == 0 ? w[1][0] : w[0][0], send1 = h == 0 ? w[1][1] : w[0][1];
+  const float got0 = __shfl_xor_sync(mask, send0, 1), got1 = __shfl_xor_sync(mask, send1, 1);
+  // Level 2: v0 + v2 and v1 + v3 of the column (v0, v1 from half 0; v2, v3 from half 1).
+  const float x0 = h == 0 ? w[0][0] + got0 : got0 + w[1][0];
+  const float x1 = h == 0 ? w[0][1] + got1 : got1 + w[1][1];
+  return x0 + x1;
+}
+
 /// Shared memory of the split reduction: one sum per (warp, route, rank row).
 using SplitSums = float[4][kGroupShrinkPart][kRankTile];
 
@@ -381,10 +422,14 @@ template <bool kBf16, int kRank, int kTiles, int kCols = 1>
 // NOTE: ranks <= 32 keep 4 CTAs per SM (<= 64 registers; 2 tiles at rank 32 asked for 66); two
 // columns per thread (128-thread CTAs, 2 R fp32 of B) keep 6 (ptxas: 72-80 registers, no
 // spill; 36 KB of shared memory each at rank 32).
-__global__ void __launch_bounds__(kGroupExpandCols / kCols, kCols == 2 ? 6 : (kRank <= 32 ? 4 : 2))
+// Rank 64 with thread pairs (kCols 2): 256 threads at <= 80 registers, 3 CTAs per SM (72 KB of
+// shared memory each) instead of 2 at 126.
+__global__ void __launch_bounds__(grouped_expand_threads(kRank, kCols),
+                                  kCols == 2 ? (kRank <= 32 ? 6 : 3) : (kRank <= 32 ? 4 : 2))
     grouped_expand_kernel(GroupedParams p) {
-  static_assert(kCols == 1 || (kCols == 2 && kRank <= 32), "two columns per thread: rank <= 32");
-  constexpr int kThreads = kGroupExpandCols / kCols;
+  static_assert(kCols == 1 || (kCols == 2 && (kRank <= 32 || kRank == 64)),
+                "two columns per thread (rank <= 32) or per thread pair (rank 64)");
+  constexpr int kThreads = grouped_expand_threads(kRank, kCols);
   extern __shared__ uint4 bstage[];  // [kTiles][256 * kRank / 8], grouped_expand_slot order
   __shared__ float srow[kTiles][kGroupTileRoutes][kRank];
   __shared__ int spair[kTiles][kGroupTileRoutes];
@@ -451,11 +496,35 @@ __global__ void __launch_bounds__(kGroupExpandCols / kCols, kCols == 2 ? 6 : (kR
   dev::cp_async_wait<0>();
   __syncthreads();
   dev::timeline_stamp(p.timeline_back, 3);
+  // NOTE: cols is even (H % 8 == 0), so a thread pair is wholly inside or outside the block.
+  const unsigned live = __ballot_sync(0xFFFFFFFFu, tid < cols);
+  (void)live;  // the rank-64 pair path's shuffle mask
   if (tid >= cols) return;
   const int64_t c = col0 + tid;
   // The combine reads the partials next: kept in L2 (evict-last) where they fit.
   const uint64_t partial_policy = read_again_policy(p);
-  if constexpr (kCols == 2) {
+  if constexpr (kCols == 2 && kRank == 64) {
+    const int h = tid & 1, pair0 = tid & ~1;  // this pair's columns: pair0, pair0 + 1
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const int n = info[j].y;
+      if (n == 0) continue;
+      float b[2][32];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int g = 2 * h + (q & 1) + (q >> 1) * 4;
+          dev::unpack8<!kBf16>(
+              bstage[j * kTileVectors + grouped_expand_slot<kGroups>(pair0 + u, g)], b[u] + 8 * q);
+        }
+      }
+      for (int i = 0; i < n; ++i) {
+        dev::st_global_hint(p.partials + static_cast<int64_t>(spair[j][i]) * p.hidden + c,
+                            expand_pair_partial(srow[j][i], b, h, live), partial_policy);
+      }
+    }
+  } else if constexpr (kCols == 2) {
     // NOTE: column tid + 128 may be past the block's last column (a partial block): its B slot
     // is read (in bounds, stale) and its partial not stored.
     const bool second = tid + kThreads < cols;

@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
 
   // ---- expand, column block q (grouped_expand_kernel's per-route arithmetic) ----
   const uint64_t partial_policy = read_again_policy(p);
-  // NOTE: kRank <= 32 folds the condition at rank 64, so that instance has no two-column code.
+  // NOTE: the rank conditions fold at compile time, so each instance keeps only its own forms.
   if (kRank <= 32 && p.fused_cols == 2) {
     // Two columns per thread per step (lc and lc + 128); a missing second column reads the
     // first's slots again (no stale reads).
@@ -132,6 +132,36 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
       const bool second = lc2 < cols;
       expand_two_columns<kBf16, kRank, 2>(p, stage, lc, second ? lc2 : lc, kShrinkThreads, second,
                                           srow, spair, routes, col0 + lc, partial_policy);
+    }
+  } else if (kRank == 64 && p.fused_cols == 2) {
+    // Column pairs (lc even, lc + 1) to thread pairs: the loop runs to an even bound so both
+    // threads of a pair take every step; a column past the block (odd cols) reads the last
+    // column's B slots and stores nothing.
+    const int cols_even = (cols + 1) & ~1;
+    const int half = tid & 1, lane = tid & 31;
+    for (int lc = tid; lc < cols_even; lc += kShrinkThreads) {
+      const int pair0 = lc & ~1;
+      float b[2][32];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int col = min(pair0 + u, cols - 1);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int g = 2 * half + (q & 1) + (q >> 1) * 4;
+          dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(col, g)], b[u] + 8 * q);
+        }
+      }
+      // The warp's lanes in this step: those whose column is below cols_even (a prefix).
+      const int in_step = min(32, cols_even - (lc - lane));
+      const unsigned live = in_step >= 32 ? 0xFFFFFFFFu : (1u << in_step) - 1u;
+      const int64_t c = col0 + lc;
+      for (int i = 0; i < routes; ++i) {
+        const float v = expand_pair_partial(srow[i], b, half, live);
+        if (lc < cols) {
+          dev::st_global_hint(p.partials + static_cast<int64_t>(spair[i]) * h + c, v,
+                              partial_policy);
+        }
+      }
     }
   } else {
     for (int lc = tid; lc < cols; lc += kShrinkThreads) {

@@ -48,10 +48,13 @@ struct GroupedParams {
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
   int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
   /// Columns per grouped-expand thread: 2 (128-thread CTAs) where the plan has ranks <= 32 and
-  /// 2 tiles per CTA, else 1; CAKEMOE_BGMV_EXPAND_COLS=1 keeps 1 (A/B runs).
+  /// 2 tiles per CTA, and at rank 64 from kGroupExpandPairColsMinPairs pairs a column pair per
+  /// thread pair (256-thread CTAs), else 1; CAKEMOE_BGMV_EXPAND_COLS=1 / 2 forces it (A/B runs).
   int expand_cols = 1;
   /// Columns per thread per step of the fused stage's expand half at ranks <= 32: 2 (lc and
-  /// lc + 128), or 1 (CAKEMOE_BGMV_FUSED_COLS=1, A/B runs). The bits do not depend on it.
+  /// lc + 128), or 1 (CAKEMOE_BGMV_FUSED_COLS=1, A/B runs); at rank 64, 2 (forced only: 1.01-1.02
+  /// on the H200's fused rank-64 rows, session 15) gives a column pair to a thread pair
+  /// (expand_pair_partial). The bits do not depend on it.
   int fused_cols = 2;
   /// 1: L2 eviction hints (A and B read evict-first, the partials written evict-last so the
   /// combine finds them in L2); 0: plain accesses (CAKEMOE_BGMV_L2_HINTS=0, A/B runs).
@@ -117,6 +120,8 @@ constexpr int kGroupRankTile = 8;        ///< shrink rank rows per CTA
 /// 2 is the H200's best at ranks 16, 32 and 64 (bench/results/2026-11-29_683eb04_*); rank 8,
 /// not in the benchmark table, takes the same.
 constexpr int kGroupExpandTiles = 2;
+/// Pairs from which the rank-64 grouped expand gives a column pair to a thread pair by default.
+constexpr int64_t kGroupExpandPairColsMinPairs = 4096;
 
 /// Dynamic shared memory of the grouped expand: `tiles` x 256 columns x R/8 16-byte vectors of B.
 constexpr int64_t grouped_expand_smem_bytes(int rank, int tiles) {

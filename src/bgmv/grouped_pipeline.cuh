@@ -45,7 +45,8 @@ template <bool kBf16, int kRank, int kTiles, int kCols = 1>
 void launch_expand_tiles(const GroupedParams& p, cudaStream_t stream) {
   const dim3 grid((p.max_tiles + kTiles - 1) / kTiles,
                   (p.hidden + kGroupExpandCols - 1) / kGroupExpandCols);
-  launch_stage(grouped_expand_kernel<kBf16, kRank, kTiles, kCols>, grid, kGroupExpandCols / kCols,
+  launch_stage(grouped_expand_kernel<kBf16, kRank, kTiles, kCols>, grid,
+               grouped_expand_threads(kRank, kCols),
                static_cast<size_t>(grouped_expand_smem_bytes(kRank, kTiles)), p.pdl != 0, stream,
                p);
 }
@@ -57,7 +58,7 @@ void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
       launch_expand_tiles<kBf16, kRank, 1>(p, stream);
       break;
     case 2:
-      if constexpr (kRank <= 32) {
+      if constexpr (kRank <= 32 || kRank == 64) {
         if (p.expand_cols == 2) {
           launch_expand_tiles<kBf16, kRank, 2, 2>(p, stream);
           break;

@@ -141,6 +141,8 @@ TEST(BgmvGroupedGpu, FusedShrinkExpandBitwiseVsCpu) {
   // One column per step in the expand half (two is the default at ranks <= 32).
   check_rows_under("CAKEMOE_BGMV_FUSED_COLS", "1", {rows[0], rows[1], rows[7], rows[9]}, 5350,
                    {1});
+  // Rank 64 with a column pair per thread pair (opt-in): 264 columns per CTA, and 5 (odd).
+  check_rows_under("CAKEMOE_BGMV_FUSED_COLS", "2", {rows[4], rows[5]}, 5360, {1});
 }
 
 // The plan reports the fused stage where it runs: by default at ranks 16 and 64 up to H 3072
@@ -201,8 +203,9 @@ TEST(BgmvGroupedGpu, IndexScatteredStoresBitwiseVsCpu) {
 }
 
 // One and two columns per grouped-expand thread (CAKEMOE_BGMV_EXPAND_COLS=1 / 2; two is the
-// default at ranks 8-32 with 2 tiles per CTA): the same bits. The rows cover a last column block
-// of fewer than 128 columns (H 744: 232) and of 128-256 (H 2688: 128; H 1344: 64; H 1000: 232),
+// default at ranks 8-32 with 2 tiles per CTA, and at rank 64 "2" gives a column pair to a thread
+// pair): the same bits. The rows cover a last column block of fewer than 128 columns (H 744:
+// 232, a partly live warp) and of 128-256 (H 2688: 128; H 1344: 64; H 1000: 232; H 2112: 64),
 // > 16 routes per token and both dtypes.
 TEST(BgmvGroupedGpu, ExpandTwoColumnsBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
@@ -213,7 +216,10 @@ TEST(BgmvGroupedGpu, ExpandTwoColumnsBitwiseVsCpu) {
       {744, 16, 200, 6, 2, 16, DType::kBF16, PairOrder::kSlotMajor},
       {1344, 16, 512, 2, 2, 8, DType::kFP16, PairOrder::kSlotMajor},
       {736, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
-      {1000, 8, 200, 3, 5, 7, DType::kBF16, PairOrder::kTokenMajor}};
+      {1000, 8, 200, 3, 5, 7, DType::kBF16, PairOrder::kTokenMajor},
+      {4096, 64, 256, 6, 2, 128, DType::kBF16, PairOrder::kSlotMajor},
+      {2112, 64, 96, 4, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
+      {744, 64, 60, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};
   for (const char* cols : {"1", "2"}) {
     SCOPED_TRACE(std::string("CAKEMOE_BGMV_EXPAND_COLS=") + cols);
     check_rows_under("CAKEMOE_BGMV_EXPAND_COLS", cols, rows, 7500, {1, 0});
