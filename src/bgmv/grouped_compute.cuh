@@ -421,11 +421,13 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
 template <bool kBf16, int kRank, int kTiles, int kCols = 1>
 // NOTE: ranks <= 32 keep 4 CTAs per SM (<= 64 registers; 2 tiles at rank 32 asked for 66); two
 // columns per thread (128-thread CTAs, 2 R fp32 of B) keep 6 (ptxas: 72-80 registers, no
-// spill; 36 KB of shared memory each at rank 32).
+// spill; 36 KB of shared memory each at rank 32), and 8 at ranks <= 16 (64 registers, no spill;
+// rank 32 would spill 64 bytes at 7).
 // Rank 64 with thread pairs (kCols 2): 256 threads at <= 80 registers, 3 CTAs per SM (72 KB of
 // shared memory each) instead of 2 at 126.
 __global__ void __launch_bounds__(grouped_expand_threads(kRank, kCols),
-                                  kCols == 2 ? (kRank <= 32 ? 6 : 3) : (kRank <= 32 ? 4 : 2))
+                                  kCols == 2 ? (kRank <= 16 ? 8 : (kRank <= 32 ? 6 : 3))
+                                              : (kRank <= 32 ? 4 : 2))
     grouped_expand_kernel(GroupedParams p) {
   static_assert(kCols == 1 || (kCols == 2 && (kRank <= 32 || kRank == 64)),
                 "two columns per thread (rank <= 32) or per thread pair (rank 64)");
