@@ -148,12 +148,13 @@ int grouped_expand_tiles_from_env(int chosen) {
 // the bits do not depend on it).
 // At rank 64 (a column pair per thread pair) from 4096 pairs (H200, session 15, H 4096 rows:
 // 0.94-0.97 at 6144-16384 pairs, 0.99-1.00 at 3072-4096, 1.04-1.07 at 1536-2048 where a tile
-// holds 1-2 routes), or forced with CAKEMOE_BGMV_EXPAND_COLS=2.
-int grouped_expand_cols_from_env(int64_t rank, int tiles, int64_t pairs) {
+// holds 1-2 routes), bf16 only (the fp16 instance spills 24 bytes against bf16's 4 and was not
+// measured), or forced with CAKEMOE_BGMV_EXPAND_COLS=2.
+int grouped_expand_cols_from_env(int64_t rank, int tiles, int64_t pairs, DType dtype) {
   const int forced = digit_from_env("CAKEMOE_BGMV_EXPAND_COLS", "12");
   if (tiles != 2 || forced == 1) return 1;
   if (rank <= 32 || forced == 2) return 2;
-  return rank == 64 && pairs >= kGroupExpandPairColsMinPairs ? 2 : 1;
+  return rank == 64 && dtype == DType::kBF16 && pairs >= kGroupExpandPairColsMinPairs ? 2 : 1;
 }
 
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
@@ -194,7 +195,7 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   impl.grouped_fused = geo.stage == 4;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
-  g.expand_cols = grouped_expand_cols_from_env(s.rank, g.expand_tiles, s.num_pairs);
+  g.expand_cols = grouped_expand_cols_from_env(s.rank, g.expand_tiles, s.num_pairs, s.dtype);
   // CAKEMOE_BGMV_FUSED_COLS=1: one column per step in the fused stage's expand half (A/B runs).
   // At rank 64 (a column pair per thread pair) only with CAKEMOE_BGMV_FUSED_COLS=2 (not measured).
   const int fused_forced = digit_from_env("CAKEMOE_BGMV_FUSED_COLS", "12");

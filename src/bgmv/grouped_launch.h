@@ -48,8 +48,9 @@ struct GroupedParams {
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
   int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
   /// Columns per grouped-expand thread: 2 (128-thread CTAs) where the plan has ranks <= 32 and
-  /// 2 tiles per CTA, and at rank 64 from kGroupExpandPairColsMinPairs pairs a column pair per
-  /// thread pair (256-thread CTAs), else 1; CAKEMOE_BGMV_EXPAND_COLS=1 / 2 forces it (A/B runs).
+  /// 2 tiles per CTA, and at rank 64 (bf16) from kGroupExpandPairColsMinPairs pairs a column
+  /// pair per thread pair (256-thread CTAs), else 1; CAKEMOE_BGMV_EXPAND_COLS=1 / 2 forces it
+  /// (A/B runs).
   int expand_cols = 1;
   /// Columns per thread per step of the fused stage's expand half at ranks <= 32: 2 (lc and
   /// lc + 128), or 1 (CAKEMOE_BGMV_FUSED_COLS=1, A/B runs); at rank 64, 2 (forced only: 1.01-1.02
