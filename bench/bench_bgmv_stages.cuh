@@ -4,6 +4,7 @@
 // the spec §14 bytes each stage must move. Included by bench_bgmv.cu only.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -105,6 +106,35 @@ __global__ void handoff_one_kernel(HandoffBuffers h) {
     h.counters[0] = 0;
     h.counters[1] = 0;
   }
+}
+
+// The same bytes handed off inside thread-block clusters (the unmeasured cluster decode of NOTES
+// session 15, item 2): 56 CTAs in clusters of 8, each reads 6 KB from HBM into a partial and
+// loads 8 KB of its own, then a cluster barrier, then it reads its 7 peers' partials through
+// distributed shared memory.
+constexpr int kHandoffClusterCtas = 56, kHandoffCluster = 8;
+__global__ void __cluster_dims__(kHandoffCluster, 1, 1) handoff_cluster_kernel(HandoffBuffers h) {
+  namespace cg = cooperative_groups;
+  __shared__ float partial[kHandoffThreads];
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int cta = blockIdx.x;
+  float acc = 0.0f, pre = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kHandoffProducerVectors / 2; ++i) {
+    const uint4 v = __ldg(h.a + (cta * kHandoffProducerVectors / 2 + i) * kHandoffThreads + threadIdx.x);
+    acc += __uint_as_float(v.x) + __uint_as_float(v.y) + __uint_as_float(v.z) + __uint_as_float(v.w);
+  }
+#pragma unroll
+  for (int i = 0; i < kHandoffConsumerVectors / 2; ++i) {
+    const uint4 v = __ldg(h.b + (cta * kHandoffConsumerVectors / 2 + i) * kHandoffThreads + threadIdx.x);
+    pre += __uint_as_float(v.x) + __uint_as_float(v.w);
+  }
+  partial[threadIdx.x] = acc;
+  cluster.sync();
+#pragma unroll
+  for (unsigned r = 0; r < kHandoffCluster; ++r) pre += *cluster.map_shared_rank(&partial[threadIdx.x], r);
+  cluster.sync();  // no CTA leaves while a peer may still read its shared memory
+  h.out[cta * kHandoffThreads + threadIdx.x] = pre;
 }
 
 /// An instantiated graph, destroyed with its owner.
@@ -281,9 +311,10 @@ void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_
 /// with the cooperative launch attribute, which guarantees the co-residency the spin needs).
 void run_handoff_graphs(Bench& bench) {
   const size_t a_bytes = size_t{kHandoffProducers} * 12 * 1024;
-  const size_t b_bytes = size_t{kHandoffConsumers} * 16 * 1024;
+  // NOTE: the cluster form reads 8 KB of b and writes 512 B of out per CTA, for 56 CTAs.
+  const size_t b_bytes = size_t{kHandoffClusterCtas} * 8 * 1024;
   const size_t mid_bytes = size_t{kHandoffProducers} * kHandoffThreads * sizeof(float);
-  const size_t out_bytes = size_t{kHandoffConsumers} * kHandoffThreads * sizeof(float);
+  const size_t out_bytes = size_t{kHandoffClusterCtas} * kHandoffThreads * sizeof(float);
   char* base = nullptr;
   const size_t total = a_bytes + b_bytes + mid_bytes + out_bytes + 256;
   CAKEMOE_CUDA_CHECK(cudaMalloc(&base, total));
@@ -321,6 +352,11 @@ void run_handoff_graphs(Bench& bench) {
       CAKEMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, handoff_one_kernel, h));
     });
     print_stage({"handoff, 1k spin coop", bench.time_graph(coop.get())});
+    const GraphExec clusters(bench.stream, [&](cudaStream_t st) {
+      handoff_cluster_kernel<<<kHandoffClusterCtas, kHandoffThreads, 0, st>>>(h);
+      CAKEMOE_CUDA_CHECK(cudaGetLastError());
+    });
+    print_stage({"handoff, 1k clusters of 8", bench.time_graph(clusters.get())});
     unsigned counters[2] = {1, 1};
     CAKEMOE_CUDA_CHECK(cudaMemcpy(counters, h.counters, sizeof(counters), cudaMemcpyDeviceToHost));
     std::printf("  handoff counters after the replays: %u %u (0 0 expected)\n", counters[0],
