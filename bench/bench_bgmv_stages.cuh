@@ -40,10 +40,10 @@ constexpr int kHandoffProducerVectors = 12 * 1024 / 16 / kHandoffThreads;  // ui
 constexpr int kHandoffConsumerVectors = 16 * 1024 / 16 / kHandoffThreads;
 
 struct HandoffBuffers {
-  const uint4* a;  ///< [producers][12 KB]
-  const uint4* b;  ///< [consumers][16 KB]
-  float* mid;      ///< [producers][128]
-  float* out;      ///< [consumers][128]
+  const uint4* a;      ///< [producers][12 KB]
+  const uint4* b;      ///< [consumers][16 KB]
+  float* mid;          ///< [producers][128]
+  float* out;          ///< [consumers][128]
   unsigned* counters;  ///< {arrivals, departures}, zero between launches
 };
 
@@ -51,8 +51,10 @@ __device__ __forceinline__ void handoff_produce(const HandoffBuffers& h, int cta
   float acc = 0.0f;
 #pragma unroll
   for (int i = 0; i < kHandoffProducerVectors; ++i) {
-    const uint4 v = __ldg(h.a + (cta * kHandoffProducerVectors + i) * kHandoffThreads + threadIdx.x);
-    acc += __uint_as_float(v.x) + __uint_as_float(v.y) + __uint_as_float(v.z) + __uint_as_float(v.w);
+    const uint4 v =
+        __ldg(h.a + (cta * kHandoffProducerVectors + i) * kHandoffThreads + threadIdx.x);
+    acc +=
+        __uint_as_float(v.x) + __uint_as_float(v.y) + __uint_as_float(v.z) + __uint_as_float(v.w);
   }
   h.mid[cta * kHandoffThreads + threadIdx.x] = acc;
 }
@@ -61,7 +63,8 @@ __device__ __forceinline__ float handoff_preload(const HandoffBuffers& h, int ct
   float acc = 0.0f;
 #pragma unroll
   for (int i = 0; i < kHandoffConsumerVectors; ++i) {
-    const uint4 v = __ldg(h.b + (cta * kHandoffConsumerVectors + i) * kHandoffThreads + threadIdx.x);
+    const uint4 v =
+        __ldg(h.b + (cta * kHandoffConsumerVectors + i) * kHandoffThreads + threadIdx.x);
     acc += __uint_as_float(v.x) + __uint_as_float(v.w);
   }
   return acc;
@@ -69,7 +72,8 @@ __device__ __forceinline__ float handoff_preload(const HandoffBuffers& h, int ct
 
 __device__ __forceinline__ void handoff_consume(const HandoffBuffers& h, int cta, float acc) {
 #pragma unroll 8
-  for (int j = 0; j < kHandoffProducers; ++j) acc += __ldcg(h.mid + j * kHandoffThreads + threadIdx.x);
+  for (int j = 0; j < kHandoffProducers; ++j)
+    acc += __ldcg(h.mid + j * kHandoffThreads + threadIdx.x);
   h.out[cta * kHandoffThreads + threadIdx.x] = acc;
 }
 
@@ -121,18 +125,22 @@ __global__ void __cluster_dims__(kHandoffCluster, 1, 1) handoff_cluster_kernel(H
   float acc = 0.0f, pre = 0.0f;
 #pragma unroll
   for (int i = 0; i < kHandoffProducerVectors / 2; ++i) {
-    const uint4 v = __ldg(h.a + (cta * kHandoffProducerVectors / 2 + i) * kHandoffThreads + threadIdx.x);
-    acc += __uint_as_float(v.x) + __uint_as_float(v.y) + __uint_as_float(v.z) + __uint_as_float(v.w);
+    const uint4 v =
+        __ldg(h.a + (cta * kHandoffProducerVectors / 2 + i) * kHandoffThreads + threadIdx.x);
+    acc +=
+        __uint_as_float(v.x) + __uint_as_float(v.y) + __uint_as_float(v.z) + __uint_as_float(v.w);
   }
 #pragma unroll
   for (int i = 0; i < kHandoffConsumerVectors / 2; ++i) {
-    const uint4 v = __ldg(h.b + (cta * kHandoffConsumerVectors / 2 + i) * kHandoffThreads + threadIdx.x);
+    const uint4 v =
+        __ldg(h.b + (cta * kHandoffConsumerVectors / 2 + i) * kHandoffThreads + threadIdx.x);
     pre += __uint_as_float(v.x) + __uint_as_float(v.w);
   }
   partial[threadIdx.x] = acc;
   cluster.sync();
 #pragma unroll
-  for (unsigned r = 0; r < kHandoffCluster; ++r) pre += *cluster.map_shared_rank(&partial[threadIdx.x], r);
+  for (unsigned r = 0; r < kHandoffCluster; ++r)
+    pre += *cluster.map_shared_rank(&partial[threadIdx.x], r);
   cluster.sync();  // no CTA leaves while a peer may still read its shared memory
   h.out[cta * kHandoffThreads + threadIdx.x] = pre;
 }
@@ -330,8 +338,8 @@ void run_handoff_graphs(Bench& bench) {
     const GraphExec two(bench.stream, [&](cudaStream_t st) {
       handoff_producer_kernel<<<kHandoffProducers, kHandoffThreads, 0, st>>>(h);
       CAKEMOE_CUDA_CHECK(cudaGetLastError());
-      bgmv::dev::launch_pdl(handoff_consumer_kernel, dim3(kHandoffConsumers),
-                            dim3(kHandoffThreads), 0, st, true, h);
+      bgmv::dev::launch_pdl(handoff_consumer_kernel, dim3(kHandoffConsumers), dim3(kHandoffThreads),
+                            0, st, true, h);
     });
     print_stage({"handoff, 2k PDL", bench.time_graph(two.get())});
     const GraphExec one(bench.stream, [&](cudaStream_t st) {

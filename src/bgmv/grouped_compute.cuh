@@ -427,7 +427,7 @@ template <bool kBf16, int kRank, int kTiles, int kCols = 1>
 // shared memory each) instead of 2 at 126.
 __global__ void __launch_bounds__(grouped_expand_threads(kRank, kCols),
                                   kCols == 2 ? (kRank <= 16 ? 8 : (kRank <= 32 ? 6 : 3))
-                                              : (kRank <= 32 ? 4 : 2))
+                                             : (kRank <= 32 ? 4 : 2))
     grouped_expand_kernel(GroupedParams p) {
   static_assert(kCols == 1 || (kCols == 2 && (kRank <= 32 || kRank == 64)),
                 "two columns per thread (rank <= 32) or per thread pair (rank 64)");
