@@ -47,27 +47,28 @@ struct HandoffBuffers {
   unsigned* counters;  ///< {arrivals, departures}, zero between launches
 };
 
-__device__ __forceinline__ void handoff_produce(const HandoffBuffers& h, int cta) {
+/// The sum of this thread's kVectors 16-byte loads src[i * kHandoffThreads + tid] (the loads
+/// are what the graphs time; the sum keeps them alive).
+template <int kVectors>
+__device__ __forceinline__ float handoff_load(const uint4* src) {
   float acc = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kHandoffProducerVectors; ++i) {
-    const uint4 v =
-        __ldg(h.a + (cta * kHandoffProducerVectors + i) * kHandoffThreads + threadIdx.x);
+  for (int i = 0; i < kVectors; ++i) {
+    const uint4 v = __ldg(src + i * kHandoffThreads + threadIdx.x);
     acc +=
         __uint_as_float(v.x) + __uint_as_float(v.y) + __uint_as_float(v.z) + __uint_as_float(v.w);
   }
-  h.mid[cta * kHandoffThreads + threadIdx.x] = acc;
+  return acc;
+}
+
+__device__ __forceinline__ void handoff_produce(const HandoffBuffers& h, int cta) {
+  h.mid[cta * kHandoffThreads + threadIdx.x] =
+      handoff_load<kHandoffProducerVectors>(h.a + cta * kHandoffProducerVectors * kHandoffThreads);
 }
 
 __device__ __forceinline__ float handoff_preload(const HandoffBuffers& h, int cta) {
-  float acc = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kHandoffConsumerVectors; ++i) {
-    const uint4 v =
-        __ldg(h.b + (cta * kHandoffConsumerVectors + i) * kHandoffThreads + threadIdx.x);
-    acc += __uint_as_float(v.x) + __uint_as_float(v.w);
-  }
-  return acc;
+  return handoff_load<kHandoffConsumerVectors>(h.b +
+                                               cta * kHandoffConsumerVectors * kHandoffThreads);
 }
 
 __device__ __forceinline__ void handoff_consume(const HandoffBuffers& h, int cta, float acc) {
@@ -112,8 +113,8 @@ __global__ void handoff_one_kernel(HandoffBuffers h) {
   }
 }
 
-// The same bytes handed off inside thread-block clusters (the unmeasured cluster decode of NOTES
-// session 15, item 2): 56 CTAs in clusters of 8, each reads 6 KB from HBM into a partial and
+// The same bytes handed off inside thread-block clusters (the skeleton of the cluster decode,
+// bench/NOTES.md session 15: 4.70 µs, while the real one lost 1.27-1.56x): 56 CTAs in clusters of 8, each reads 6 KB from HBM into a partial and
 // loads 8 KB of its own, then a cluster barrier, then it reads its 7 peers' partials through
 // distributed shared memory.
 constexpr int kHandoffClusterCtas = 56, kHandoffCluster = 8;
@@ -122,20 +123,9 @@ __global__ void __cluster_dims__(kHandoffCluster, 1, 1) handoff_cluster_kernel(H
   __shared__ float partial[kHandoffThreads];
   const cg::cluster_group cluster = cg::this_cluster();
   const int cta = blockIdx.x;
-  float acc = 0.0f, pre = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kHandoffProducerVectors / 2; ++i) {
-    const uint4 v =
-        __ldg(h.a + (cta * kHandoffProducerVectors / 2 + i) * kHandoffThreads + threadIdx.x);
-    acc +=
-        __uint_as_float(v.x) + __uint_as_float(v.y) + __uint_as_float(v.z) + __uint_as_float(v.w);
-  }
-#pragma unroll
-  for (int i = 0; i < kHandoffConsumerVectors / 2; ++i) {
-    const uint4 v =
-        __ldg(h.b + (cta * kHandoffConsumerVectors / 2 + i) * kHandoffThreads + threadIdx.x);
-    pre += __uint_as_float(v.x) + __uint_as_float(v.w);
-  }
+  constexpr int kA = kHandoffProducerVectors / 2, kB = kHandoffConsumerVectors / 2;
+  const float acc = handoff_load<kA>(h.a + cta * kA * kHandoffThreads);
+  float pre = handoff_load<kB>(h.b + cta * kB * kHandoffThreads);
   partial[threadIdx.x] = acc;
   cluster.sync();
 #pragma unroll
