@@ -114,9 +114,9 @@ __global__ void handoff_one_kernel(HandoffBuffers h) {
 }
 
 // The same bytes handed off inside thread-block clusters (the skeleton of the cluster decode,
-// bench/NOTES.md session 15: 4.70 µs, while the real one lost 1.27-1.56x): 56 CTAs in clusters of 8, each reads 6 KB from HBM into a partial and
-// loads 8 KB of its own, then a cluster barrier, then it reads its 7 peers' partials through
-// distributed shared memory.
+// bench/NOTES.md session 15: 4.70 µs, while the real one lost 1.27-1.56x): 56 CTAs in clusters of
+// 8, each reads 6 KB from HBM into a partial and loads 8 KB of its own, then a cluster barrier,
+// then it reads its 7 peers' partials through distributed shared memory.
 constexpr int kHandoffClusterCtas = 56, kHandoffCluster = 8;
 __global__ void __cluster_dims__(kHandoffCluster, 1, 1) handoff_cluster_kernel(HandoffBuffers h) {
   namespace cg = cooperative_groups;
