@@ -172,6 +172,25 @@ constexpr int grouped_expand_threads(int rank, int cols) {
   return cols == 2 && rank <= 32 ? kGroupExpandCols / 2 : kGroupExpandCols;
 }
 
+/// Rank group of entry q (0..3) of half h's list {2h, 2h + 1, 2h + 4, 2h + 5}
+/// (expand_pair_partial).
+CAKEMOE_HD constexpr int pair_rank_group(int h, int q) { return 2 * h + (q & 1) + (q >> 1) * 4; }
+
+/// Half h's B values of a rank-64 column pair for expand_pair_partial: b[u][8 q ..] = rank group
+/// pair_rank_group(h, q) of column `col[u]`, unpacked from `stage` (grouped_expand_slot order).
+template <bool kBf16>
+CAKEMOE_DEVICE void unpack_pair_b(const uint4* stage, const int (&col)[2], int h,
+                                  float (&b)[2][32]) {
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      dev::unpack8<!kBf16>(stage[grouped_expand_slot<8>(col[u], pair_rank_group(h, q))],
+                           b[u] + 8 * q);
+    }
+  }
+}
+
 /// Rank 64, two columns per thread pair (lanes 2m, 2m + 1): half h keeps rank groups
 /// {2h, 2h + 1, 2h + 4, 2h + 5} of both columns (b[u][q], q the group's index in that list), so
 /// dev::butterfly_lane0's first level (g + g ^ 4) is local; its second level crosses the pair
@@ -187,7 +206,7 @@ CAKEMOE_DEVICE float expand_pair_partial(const float* row, const float (&b)[2][3
     float v[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const int g = 2 * h + (q & 1) + (q >> 1) * 4;  // q 0..3 -> 2h, 2h + 1, 2h + 4, 2h + 5
+      const int g = pair_rank_group(h, q);
       float part = 0.0f;
 #pragma unroll
       for (int e = 0; e < 8; ++e) part = fmaf(row[8 * g + e], b[u][8 * q + e], part);
@@ -498,29 +517,23 @@ __global__ void __launch_bounds__(grouped_expand_threads(kRank, kCols),
   dev::cp_async_wait<0>();
   __syncthreads();
   dev::timeline_stamp(p.timeline_back, 3);
+  // The rank-64 pair path's shuffle mask, taken while every lane is here (a ballot: ptxas keeps
+  // the shuffles plain, where a computed prefix mask made it emit a collective sequence).
   // NOTE: cols is even (H % 8 == 0), so a thread pair is wholly inside or outside the block.
-  const unsigned live = __ballot_sync(0xFFFFFFFFu, tid < cols);
-  (void)live;  // the rank-64 pair path's shuffle mask
+  unsigned live = 0xFFFFFFFFu;
+  if constexpr (kCols == 2 && kRank == 64) live = __ballot_sync(0xFFFFFFFFu, tid < cols);
   if (tid >= cols) return;
   const int64_t c = col0 + tid;
   // The combine reads the partials next: kept in L2 (evict-last) where they fit.
   const uint64_t partial_policy = read_again_policy(p);
   if constexpr (kCols == 2 && kRank == 64) {
-    const int h = tid & 1, pair0 = tid & ~1;  // this pair's columns: pair0, pair0 + 1
+    const int h = tid & 1, pair[2] = {tid & ~1, tid | 1};  // this pair's columns
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       const int n = info[j].y;
       if (n == 0) continue;
       float b[2][32];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int g = 2 * h + (q & 1) + (q >> 1) * 4;
-          dev::unpack8<!kBf16>(
-              bstage[j * kTileVectors + grouped_expand_slot<kGroups>(pair0 + u, g)], b[u] + 8 * q);
-        }
-      }
+      unpack_pair_b<kBf16>(bstage + j * kTileVectors, pair, h, b);
       for (int i = 0; i < n; ++i) {
         dev::st_global_hint(p.partials + static_cast<int64_t>(spair[j][i]) * p.hidden + c,
                             expand_pair_partial(srow[j][i], b, h, live), partial_policy);

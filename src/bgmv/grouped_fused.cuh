@@ -140,17 +140,9 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
     const int cols_even = (cols + 1) & ~1;
     const int half = tid & 1, lane = tid & 31;
     for (int lc = tid; lc < cols_even; lc += kShrinkThreads) {
-      const int pair0 = lc & ~1;
+      const int pair[2] = {lc & ~1, min(lc | 1, cols - 1)};
       float b[2][32];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int col = min(pair0 + u, cols - 1);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int g = 2 * half + (q & 1) + (q >> 1) * 4;
-          dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(col, g)], b[u] + 8 * q);
-        }
-      }
+      unpack_pair_b<kBf16>(stage, pair, half, b);
       // The warp's lanes in this step: those whose column is below cols_even (a prefix).
       const int in_step = min(32, cols_even - (lc - lane));
       const unsigned live = in_step >= 32 ? 0xFFFFFFFFu : (1u << in_step) - 1u;
