@@ -54,6 +54,10 @@ cakemoe_configure() {
   if [[ -n "${CAKEMOE_CUTLASS_DIR:-}" ]]; then
     args+=(-DCAKEMOE_CUTLASS_DIR="$CAKEMOE_CUTLASS_DIR")
   fi
+  # The interpreter of the Python module: setup-deps.sh's .venv when it made one.
+  if [[ -x "$CAKEMOE_ROOT/.venv/bin/python" ]]; then
+    args+=(-DPython_EXECUTABLE="$CAKEMOE_ROOT/.venv/bin/python")
+  fi
   cakemoe_log "cmake ${args[*]} $*"
   cmake "${args[@]}" "$@"
 }

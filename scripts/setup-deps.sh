@@ -2,7 +2,7 @@
 # Installs what cakemoe needs to build and test. Idempotent: a machine that already has
 # everything does no network access at all.
 #
-#   scripts/setup-deps.sh [--no-apt] [--cutlass | --no-cutlass] [--no-bundle]
+#   scripts/setup-deps.sh [--no-apt] [--cutlass | --no-cutlass] [--no-bundle] [--no-python]
 #
 # 1. Debian packages (only when run as root with apt-get, and only the missing ones):
 #    cmake, ninja-build, g++, libgtest-dev, libgmock-dev, libbenchmark-dev, python3.
@@ -12,6 +12,10 @@
 # 3. Offline bundle (local copies only, no network): GoogleTest sources and the Google Benchmark
 #    library staged in third_party/, so a machine without these packages and without network
 #    (the H200 box) can build the tests and benches when third_party/ is carried there.
+# 4. Python packages for the `cakemoe` module and its tests (nanobind, numpy, pytest): when
+#    python3 cannot import them, a virtual environment .venv/ (seeing the system's packages) gets
+#    them from PyPI, and scripts/common.sh configures with its interpreter. Not fatal: without
+#    them the build leaves the Python module out (CAKEMOE_BUILD_PYTHON=AUTO).
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -21,12 +25,14 @@ readonly kCutlassVersion="4.2.0.0"
 use_apt=1
 want_cutlass=auto
 want_bundle=1
+want_python=1
 for arg in "$@"; do
   case "$arg" in
     --no-apt) use_apt=0 ;;
     --cutlass) want_cutlass=1 ;;
     --no-cutlass) want_cutlass=0 ;;
     --no-bundle) want_bundle=0 ;;
+    --no-python) want_python=0 ;;
     -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     *) cakemoe_log "unknown argument: $arg"; exit 2 ;;
   esac
@@ -183,5 +189,21 @@ stage_benchmark() {
 if ((want_bundle)); then
   stage_googletest
   stage_benchmark
+fi
+# ---- 4. Python packages for the module and its tests -------------------------------------------
+readonly kNanobindVersion="3.1.0"
+python_ok() { "$1" -c 'import nanobind, numpy, pytest' >/dev/null 2>&1; }
+
+if ((want_python)) && have_cmd python3 && ! python_ok python3; then
+  venv="$CAKEMOE_ROOT/.venv"
+  if [[ -x "$venv/bin/python" ]] && python_ok "$venv/bin/python"; then
+    cakemoe_log "Python packages already in $venv"
+  elif python3 -m venv --system-site-packages "$venv" >/dev/null 2>&1 &&
+       "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+         "nanobind==$kNanobindVersion" numpy pytest; then
+    cakemoe_log "installed nanobind $kNanobindVersion, numpy, pytest into $venv"
+  else
+    cakemoe_log "could not install nanobind / numpy / pytest: the Python module is left out"
+  fi
 fi
 cakemoe_log "dependencies ready"
