@@ -196,6 +196,8 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.expand_cols = grouped_expand_cols_from_env(s.rank, g.expand_tiles, s.num_pairs, s.dtype);
+  // CAKEMOE_BGMV_EXPAND_MMA=1: the tensor-core expand (ranks >= 16; A/B runs and its tests).
+  g.expand_mma = s.rank >= 16 && digit_from_env("CAKEMOE_BGMV_EXPAND_MMA", "01") == 1 ? 1 : 0;
   // CAKEMOE_BGMV_FUSED_COLS=1: one column per step in the fused stage's expand half (A/B runs).
   // At rank 64 (a column pair per thread pair) only with CAKEMOE_BGMV_FUSED_COLS=2 (H200 session
   // 15: 1.01-1.02 on every fused rank-64 row).

@@ -52,6 +52,10 @@ struct GroupedParams {
   /// pair per thread pair (256-thread CTAs), else 1; CAKEMOE_BGMV_EXPAND_COLS=1 / 2 forces it
   /// (A/B runs).
   int expand_cols = 1;
+  /// 1: the two-kernel grouped expand on tensor cores (grouped_expand_mma.cuh; ranks 16-64,
+  /// CAKEMOE_BGMV_EXPAND_MMA=1): partials within fp32 rounding of the canonical order, not equal
+  /// to it bit for bit.
+  int expand_mma = 0;
   /// Columns per thread per step of the fused stage's expand half at ranks <= 32: 2 (lc and
   /// lc + 128), or 1 (CAKEMOE_BGMV_FUSED_COLS=1, A/B runs); at rank 64, 2 (forced only: 1.01-1.02
   /// on the H200's fused rank-64 rows, session 15) gives a column pair to a thread pair

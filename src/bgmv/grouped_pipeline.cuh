@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "bgmv/grouped_compute.cuh"
+#include "bgmv/grouped_expand_mma.cuh"
 #include "bgmv/grouped_fused.cuh"
 #include "cakemoe/errors.h"
 #include "core/cuda_check.h"
@@ -53,6 +54,16 @@ void launch_expand_tiles(const GroupedParams& p, cudaStream_t stream) {
 
 template <bool kBf16, int kRank>
 void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
+  if constexpr (kRank >= 16) {
+    if (p.expand_mma != 0) {
+      const dim3 grid(static_cast<unsigned>(p.max_tiles),
+                      static_cast<unsigned>((p.hidden + kMmaExpandCols - 1) / kMmaExpandCols));
+      launch_stage(grouped_expand_mma_kernel<kBf16, kRank>, grid, kMmaExpandWarps * 32, 0,
+                   p.pdl != 0, stream, p);
+      launch_combine(p, stream);
+      return;
+    }
+  }
   switch (p.expand_tiles) {
     case 1:
       launch_expand_tiles<kBf16, kRank, 1>(p, stream);

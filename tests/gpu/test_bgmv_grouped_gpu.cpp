@@ -4,6 +4,8 @@
 // replays, with the shrink rows bitwise equal to the CPU's.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -224,6 +226,76 @@ TEST(BgmvGroupedGpu, ExpandTwoColumnsBitwiseVsCpu) {
     SCOPED_TRACE(std::string("CAKEMOE_BGMV_EXPAND_COLS=") + cols);
     check_rows_under("CAKEMOE_BGMV_EXPAND_COLS", cols, rows, 7500, {1, 0});
   }
+}
+
+// The sanitizer-sized cut of the test above (compute-sanitizer runs the `Small` tests): the
+// rank-64 column pair per thread pair and the rank-16 two-column CTAs at 8 per SM, forced on
+// small grids so racecheck finishes (the full test above did not in 230 s).
+TEST(BgmvGroupedGpu, SmallExpandColumnPairsBitwiseVsCpu) {
+  CAKEMOE_REQUIRE_GPU();
+  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "1");
+  const std::vector<GroupedRow> rows = {
+      {744, 64, 24, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
+      {520, 64, 20, 4, 3, 4, DType::kFP16, PairOrder::kExpertSorted},
+      {744, 16, 24, 6, 2, 8, DType::kBF16, PairOrder::kSlotMajor}};
+  check_rows_under("CAKEMOE_BGMV_EXPAND_COLS", "2", rows, 7600, {1, 0});
+}
+
+// The tensor-core grouped expand (CAKEMOE_BGMV_EXPAND_MMA=1, ranks 16-64): the shrink rows
+// bitwise equal to the CPU grouped order, y within 1e-5 of it (relative to the largest |y|: the
+// tensor core adds a route's rank products in its own order), replays bitwise identical. The
+// rows cover a last column block of 128 columns (H 2688: two warps without fragments), 8-column
+// tails (H 520, H 744), fp16, > 16 routes per token and tiles of 1-16 routes.
+TEST(BgmvGroupedGpu, SmallMmaExpandWithinToleranceOfCpu) {
+  CAKEMOE_REQUIRE_GPU();
+  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "1");
+  const testbed::ScopedEnv mma_env("CAKEMOE_BGMV_EXPAND_MMA", "1");
+  const std::vector<GroupedRow> rows = {
+      {2688, 32, 64, 2, 4, 16, DType::kBF16, PairOrder::kTokenMajor},
+      {520, 32, 40, 6, 3, 4, DType::kFP16, PairOrder::kExpertSorted},
+      {744, 16, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
+      {1344, 64, 30, 4, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
+      {1000, 64, 20, 2, 2, 4, DType::kFP16, PairOrder::kSlotMajor}};
+  uint64_t seed = 7700;
+  size_t total_differ = 0;  // > 0: the tensor-core path ran (the CPU order is not its order)
+  for (const GroupedRow& row : rows) {
+    GpuCase g(bgmv_test::make_case(grouped_spec(row, ++seed)));
+    BgmvOptions cpu_options;
+    cpu_options.grouped = true;
+    BgmvPlan cpu = g.prepare_cpu(cpu_options);
+    cpu.run(nullptr);
+    const std::vector<float> want = fetch_y(cpu.y_accum());
+    const std::string label = describe(g.host.spec);
+    BgmvPlan gpu = prepare_grouped(g, 1);
+    ASSERT_TRUE(gpu.grouped()) << label;
+    std::vector<float> first;
+    for (int i = 0; i < 8; ++i) {
+      poison_and_run(gpu, nullptr);
+      const std::vector<float> y = fetch_y(gpu.y_accum());
+      if (i > 0) {
+        ASSERT_TRUE(bitwise_equal(y, first, g.host.spec.hidden)) << label << ": replay " << i;
+        continue;
+      }
+      first = y;
+      EXPECT_TRUE(bitwise_equal(fetch_u16(gpu.shrink_out()), fetch_u16(cpu.shrink_out()),
+                                g.host.spec.rank))
+          << label << ": shrink rows vs CPU";
+      double scale = 0.0, worst = 0.0;
+      for (const float v : want) scale = std::max(scale, std::abs(static_cast<double>(v)));
+      size_t differ = 0;
+      for (size_t e = 0; e < y.size(); ++e) {
+        const double d = std::abs(static_cast<double>(y[e]) - want[e]);
+        worst = std::max(worst, d);
+        differ += y[e] != want[e] ? 1 : 0;
+      }
+      total_differ += differ;
+      ASSERT_GT(scale, 0.0) << label;
+      EXPECT_LE(worst / scale, 1e-5) << label << ": " << differ << " of " << y.size()
+                                     << " elements differ from the CPU order";
+    }
+    expect_close_to_oracle(g.host, first, label);
+  }
+  EXPECT_GT(total_differ, 0u) << "every element equal to the CPU order: was the mma path taken?";
 }
 
 // P > 16384: the hist / scan / scatter index is the only form.
