@@ -53,6 +53,11 @@ class BgmvPlan {
   /// The grouped pipeline runs its fused shrink + expand kernel (CUDA, SM90 and later; cakemoe's
   /// choice by rank and H, docs/decisions/bgmv-gpu-runtime.md). False when not grouped.
   bool grouped_fused() const;
+  /// The grouped pipeline's expand runs on tensor cores (CUDA, ranks 32 and 64 by default): its
+  /// per-route partials equal the canonical order's within fp32 rounding, not bit for bit, so y
+  /// is within 1e-5 of the CPU engine's (spec §3.2 holds grouped to that); replays stay bitwise
+  /// identical. False when not grouped or on the CPU engine.
+  bool grouped_mma() const;
   int pdl_mode() const;                        ///< 0 plain, 1 early, 2 late (spec §4.4)
   /// Cake generic: 0 t64, 1 t128, 2 decode; Cake specialized: 0 t64, 1 t128, 2 dual_col; portable:
   /// none.

@@ -163,6 +163,10 @@ class BgmvPlan:
     shrink_launch = property(lambda self: self._core.shrink_launch, doc="(form, splits) or None")
     grouped = property(lambda self: self._core.grouped)
     grouped_fused = property(lambda self: self._core.grouped_fused)
+    grouped_mma = property(
+        lambda self: self._core.grouped_mma,
+        doc="grouped expand on tensor cores: y within 1e-5 of the CPU engine, not bit for bit",
+    )
     order_remap = property(lambda self: self._core.order_remap)
     pdl_mode = property(lambda self: self._core.pdl_mode, doc="0 plain, 1 early, 2 late (spec §4.4)")
     schedule_id = property(lambda self: self._core.schedule_id)

@@ -157,6 +157,15 @@ int grouped_expand_cols_from_env(int64_t rank, int tiles, int64_t pairs, DType d
   return rank == 64 && dtype == DType::kBF16 && pairs >= kGroupExpandPairColsMinPairs ? 2 : 1;
 }
 
+// The two-kernel grouped expand on tensor cores at ranks 32 and 64 (H200, session 16: rank 32
+// rows 0.94-0.99, rank 64 0.82-0.93 against the SIMT expand; rank 16 lost 1.01-1.05, rank 8 has
+// no instance); CAKEMOE_BGMV_EXPAND_MMA=0 / 1 forces it off / on (ranks >= 16) for A/B runs.
+int grouped_expand_mma_from_env(int64_t rank) {
+  const int forced = digit_from_env("CAKEMOE_BGMV_EXPAND_MMA", "01");
+  if (rank < 16 || forced == 0) return 0;
+  return forced == 1 || rank == 32 || rank == 64 ? 1 : 0;
+}
+
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
   GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
@@ -196,8 +205,8 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.expand_cols = grouped_expand_cols_from_env(s.rank, g.expand_tiles, s.num_pairs, s.dtype);
-  // CAKEMOE_BGMV_EXPAND_MMA=1: the tensor-core expand (ranks >= 16; A/B runs and its tests).
-  g.expand_mma = s.rank >= 16 && digit_from_env("CAKEMOE_BGMV_EXPAND_MMA", "01") == 1 ? 1 : 0;
+  g.expand_mma = grouped_expand_mma_from_env(s.rank);
+  impl.grouped_mma = g.expand_mma != 0 && g.stage != 4;
   // CAKEMOE_BGMV_FUSED_COLS=1: one column per step in the fused stage's expand half (A/B runs).
   // At rank 64 (a column pair per thread pair) only with CAKEMOE_BGMV_FUSED_COLS=2 (H200 session
   // 15: 1.01-1.02 on every fused rank-64 row).

@@ -401,7 +401,9 @@ GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_ov
     g.stage = 1;
   }
   g.two_kernel_stage = g.stage;
-  if ((rank == 16 || rank == 64) &&
+  // NOTE: rank 64 left the fused stage in session 16: its two-kernel form with the tensor-core
+  // expand measured 0.78-0.95 of the fused stage on the H200 (bench/NOTES.md).
+  if (rank == 16 &&
       grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedDefaultMaxBytes) {
     g.stage = 4;
   }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,10 @@ inline std::vector<uint16_t> random_half(testbed::Rng& rng, DType dtype, size_t 
 }
 
 inline Case make_case(const CaseSpec& spec) {
+  if (spec.top_k > spec.experts) {  // distinct experts per token: a bad test row, not a skip
+    throw std::invalid_argument("make_case: top_k " + std::to_string(spec.top_k) + " > experts " +
+                                std::to_string(spec.experts));
+  }
   testbed::Rng rng(spec.seed);
   Case c;
   c.spec = spec;

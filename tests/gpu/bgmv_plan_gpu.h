@@ -255,6 +255,33 @@ inline ::testing::AssertionResult bitwise_equal(const std::vector<uint16_t>& got
   return ::testing::AssertionFailure() << os.str();
 }
 
+/// max |got - want| <= tol * max |want| (a tolerance on the scale of the output, as for fp32
+/// sums whose order differs: cancellation leaves elements far below their terms).
+inline ::testing::AssertionResult close_on_scale(const std::vector<float>& got,
+                                                 const std::vector<float>& want, double tol,
+                                                 int64_t width) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size differs";
+  double scale = 0.0;
+  for (const float w : want) scale = std::fmax(scale, std::fabs(double(w)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - double(want[i]));
+    if (d <= tol * scale) continue;  // NOTE: also false for NaN
+    return ::testing::AssertionFailure()
+           << "row " << i / width << " col " << i % width << ": got " << got[i] << " want "
+           << want[i] << ", |diff| " << d << " > " << tol << " x max |y| " << scale;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// A GPU plan's y against the CPU engine's: bit for bit, except where the GPU plan's grouped
+/// expand runs on tensor cores (BgmvPlan::grouped_mma): within 1e-5 of the largest |y| there
+/// (spec §3.2 holds the grouped pipeline to 1e-5 of the per-route path).
+inline ::testing::AssertionResult matches_cpu(const BgmvPlan& gpu, const std::vector<float>& got,
+                                              const std::vector<float>& want, int64_t width) {
+  if (!gpu.grouped_mma()) return bitwise_equal(got, want, width);
+  return close_on_scale(got, want, 1e-5, width);
+}
+
 /// allclose with atol = rtol = `tol`: |got - want| <= tol + tol * |want| everywhere (FlashInfer's
 /// grouped-vs-per-route check, spec bgmv §3.2). NOTE: a pure relative bound cannot hold for
 /// outputs that cancel to ~1e-3 of their terms: the two pipelines apply the routing weight
@@ -279,7 +306,7 @@ inline void expect_follows_changing_contents(GpuCase& g, BgmvPlan& gpu, BgmvPlan
     g.change_contents(step);
     poison_and_run(gpu, nullptr);
     cpu.run(nullptr);
-    ASSERT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), fetch_y(cpu.y_accum()), g.host.spec.hidden))
+    ASSERT_TRUE(matches_cpu(gpu, fetch_y(gpu.y_accum()), fetch_y(cpu.y_accum()), g.host.spec.hidden))
         << "step " << step;
     ASSERT_TRUE(
         bitwise_equal(fetch_u16(gpu.shrink_out()), fetch_u16(cpu.shrink_out()), g.host.spec.rank))
@@ -308,12 +335,12 @@ inline void expect_outer_capture_replays(GpuCase& g, BgmvPlan& gpu, int replays)
     core::fill_bytes(gpu.y_accum(), 0xFF, s);
     CAKEMOE_CUDA_CHECK(cudaGraphLaunch(exec, s));
     CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-    EXPECT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), want, g.host.spec.hidden))
+    EXPECT_TRUE(matches_cpu(gpu, fetch_y(gpu.y_accum()), want, g.host.spec.hidden))
         << "outer graph replay " << i;
   }
   gpu.run(s);  // the plan's own graph still replays on its owner stream
   CAKEMOE_CUDA_CHECK(cudaStreamSynchronize(s));
-  EXPECT_TRUE(bitwise_equal(fetch_y(gpu.y_accum()), want, g.host.spec.hidden));
+  EXPECT_TRUE(matches_cpu(gpu, fetch_y(gpu.y_accum()), want, g.host.spec.hidden));
   gpu.close();
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

@@ -75,7 +75,11 @@ def test_cuda_plan_equals_cpu_engine_bitwise(T, H, R, k, L, E, dtype, extra):
     torch.cuda.synchronize()
     y_cpu = cpu_plan.run()
     assert torch.equal(bits(gpu_plan.shrink_out), bits(cpu_plan.shrink_out))
-    assert torch.equal(bits(y), bits(y_cpu))
+    if gpu_plan.grouped_mma:  # tensor-core expand: the CPU order within 1e-5 (spec §3.2)
+        scale = y_cpu.abs().max().item()
+        assert (y.cpu() - y_cpu).abs().max().item() <= 1e-5 * scale
+    else:
+        assert torch.equal(bits(y), bits(y_cpu))
     # And against the fp64 oracle, expanding the plan's own rows.
     ref = as_numpy_f32(cpu)
     y_own, _ = oracle(ref, shrink_rows=cpu_plan.shrink_out.float().numpy())
