@@ -89,6 +89,10 @@ constexpr int64_t kGroupedSm90MinTokens = 256;
 constexpr int64_t kGroupedSm90MinPairsRank16 = 1536;
 constexpr int64_t kGroupedSm90MinPairsRank64 = 1024;
 constexpr int64_t kGroupedSm90MinTokensRank64 = 128;
+// Session 16 (`--variants`, after the tensor-core expand): rank 32 grouped wins from P 1024 at
+// T 128 too (T 128 k 8: 0.917-0.938 of per-route / specialized; T 512 k 2: 0.949-0.962 of the
+// specialized body, which the window used to pick there); T 128 k 6 (P 768) still loses.
+constexpr int64_t kGroupedSm90MinTokensRank32 = 128;
 
 // spec §6 order remap.
 constexpr int64_t kRemapMinPairs = 1024;
@@ -113,7 +117,8 @@ struct SpecializedWindow {
 // (bench/results/2026-11-29_3b10a19_bgmv-specialized.md; both hidden sizes alike): specialized
 // wins at decode (T <= 8, 1.03-1.29x, ahead of the fused decode path) and for T 32-512 at k 2 /
 // T 16-128 at k 8 (1.05-1.23x); it loses at T 16, k 2 (P 32: 0.90x) and from P 2048 on, where
-// the grouped pipeline wins (0.61-0.98x).
+// the grouped pipeline wins (0.61-0.98x). Since session 16 the SM90 grouped rule is applied first
+// (choose_variant), so P 1024 at T >= 128 goes grouped (its tensor-core expand beat the body).
 constexpr std::array<SpecializedWindow, 2> kSm90SpecializedWindows{{
     {1, 8, 1, 1024},
     {9, 1024, 64, 1024},
@@ -317,6 +322,9 @@ bool select_grouped_sm90(int64_t num_pairs, int64_t num_tokens, int64_t num_lora
   if (rank >= 64) {
     return num_pairs >= kGroupedSm90MinPairsRank64 && num_tokens >= kGroupedSm90MinTokensRank64;
   }
+  if (rank == 32) {
+    return num_pairs >= kGroupedSm90MinPairs && num_tokens >= kGroupedSm90MinTokensRank32;
+  }
   const int64_t min_pairs = rank == 16 ? kGroupedSm90MinPairsRank16 : kGroupedSm90MinPairs;
   return num_pairs >= min_pairs && num_tokens >= kGroupedSm90MinTokens;
 }
@@ -454,6 +462,12 @@ Variant choose_variant(const ProblemDesc& p) {
                     std::to_string(p.variant_override));
   if (p.variant_override < 0) {
     if (generic_pipeline_forced(p)) return Variant::kGeneric;
+    // NOTE: on SM90 the grouped rule goes before the specialized windows (session 16: with the
+    // tensor-core expand grouped beat the specialized body on every P 1024 row it took).
+    if (p.arch == Arch::kSm90a && !p.grouped.has_value() &&
+        select_grouped_sm90(p.num_pairs, p.num_tokens, p.num_loras, p.num_experts, p.rank)) {
+      return Variant::kGeneric;
+    }
     return select_variant(p.num_tokens, p.num_pairs, p.hidden, p.rank, p.arch, p.specialized_built);
   }
   if (p.variant_override == 0) return Variant::kGeneric;

@@ -365,7 +365,11 @@ TEST(BgmvPlanChoice, CakeChoices) {
 TEST(BgmvPlanChoice, GroupedSm90Crossover) {
   EXPECT_FALSE(select_grouped_sm90(1023, 512, 8, 128, 32));
   EXPECT_TRUE(select_grouped_sm90(1024, 512, 8, 128, 32));     // T 512 k 2
-  EXPECT_FALSE(select_grouped_sm90(1024, 128, 8, 128, 32));    // T 128 k 8: per-route
+  // Rank 32 from T 128 since session 16 (tensor-core expand; bench/results/
+  // 2026-11-30_671e51c_bgmv-session16.md): T 128 k 8 grouped, T 128 k 6 and T 64 k 16 per-route.
+  EXPECT_TRUE(select_grouped_sm90(1024, 128, 8, 128, 32));
+  EXPECT_FALSE(select_grouped_sm90(768, 128, 8, 128, 32));
+  EXPECT_FALSE(select_grouped_sm90(1024, 64, 8, 128, 32));
   EXPECT_TRUE(select_grouped_sm90(1536, 256, 8, 128, 16));     // T 256 k 6
   EXPECT_FALSE(select_grouped_sm90(1024, 512, 8, 128, 16));    // rank 16 T 512 k 2: per-route
   EXPECT_TRUE(select_grouped_sm90(1024, 512, 8, 128, 8));      // rank 8 keeps the rank-32 rule

@@ -43,21 +43,26 @@ void expect_refused(const ProblemDesc& d, const std::string& argument, const std
 
 TEST(BgmvPlanSpecialized, Sm90WindowsFromMeasurements) {
   for (int64_t h : {2688, 3072}) {
-    // k 2: specialized at T 1-8 and 32-512, generic at T 16 (P 32) and from P 2048.
-    for (int64_t t : {1, 4, 8, 32, 256, 512}) {
+    // k 2: specialized at T 1-8 and 32-256, generic at T 16 (P 32) and from P 1024, where the
+    // grouped rule goes first since session 16 (T 512: grouped 0.949-0.962 of the body).
+    for (int64_t t : {1, 4, 8, 32, 256}) {
       EXPECT_EQ(choose_cake_plan(special_desc(t, 2, h, 32)).variant, Variant::kSpecialized)
           << h << " " << t;
     }
-    for (int64_t t : {16, 1024, 2048, 4096}) {
+    for (int64_t t : {16, 512, 1024, 2048, 4096}) {
       EXPECT_EQ(choose_cake_plan(special_desc(t, 2, h, 32)).variant, Variant::kGeneric)
           << h << " " << t;
     }
-    // k 8: specialized up to T 128 (P 1024), generic from T 256.
-    for (int64_t t : {1, 8, 16, 128}) {
+    EXPECT_TRUE(choose_cake_plan(special_desc(512, 2, h, 32)).grouped) << h;
+    // k 8: specialized up to T 64 (P 512), grouped from T 128 (P 1024; 0.935-0.938).
+    for (int64_t t : {1, 8, 16, 64}) {
       EXPECT_EQ(choose_cake_plan(special_desc(t, 8, h, 32)).variant, Variant::kSpecialized)
           << h << " " << t;
     }
-    EXPECT_EQ(choose_cake_plan(special_desc(256, 8, h, 32)).variant, Variant::kGeneric) << h;
+    for (int64_t t : {128, 256}) {
+      EXPECT_EQ(choose_cake_plan(special_desc(t, 8, h, 32)).variant, Variant::kGeneric) << h;
+      EXPECT_TRUE(choose_cake_plan(special_desc(t, 8, h, 32)).grouped) << h;
+    }
   }
   EXPECT_TRUE(is_specialized_shape(2688, 32));
   EXPECT_TRUE(is_specialized_shape(3072, 32));
