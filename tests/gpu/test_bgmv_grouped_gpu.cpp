@@ -165,6 +165,29 @@ TEST(BgmvGroupedGpu, FusedStageIsReported) {
   EXPECT_TRUE(prepare_grouped(two_kernel_case, 1).grouped_fused());
 }
 
+// Which expand a grouped plan runs: tensor cores by default at ranks 32 and 64 (two-kernel: rank
+// 64 left the fused stage with it), the SIMT expand at rank 16 (fused up to H 3072) and when
+// CAKEMOE_BGMV_EXPAND_MMA=0; never on the CPU engine.
+TEST(BgmvGroupedGpu, GroupedMmaIsReported) {
+  CAKEMOE_REQUIRE_GPU();
+  const auto row = [](int64_t h, int64_t r) {
+    return GroupedRow{h, r, 256, 2, 2, 32, DType::kBF16, PairOrder::kTokenMajor};
+  };
+  GpuCase r32(bgmv_test::make_case(grouped_spec(row(3072, 32), 5601)));
+  GpuCase r64(bgmv_test::make_case(grouped_spec(row(2688, 64), 5602)));
+  GpuCase r16(bgmv_test::make_case(grouped_spec(row(4096, 16), 5603)));
+  EXPECT_TRUE(prepare_grouped(r32, 1).grouped_mma());
+  BgmvPlan rank64 = prepare_grouped(r64, 1);
+  EXPECT_TRUE(rank64.grouped_mma());
+  EXPECT_FALSE(rank64.grouped_fused());
+  EXPECT_FALSE(prepare_grouped(r16, 1).grouped_mma());
+  BgmvOptions cpu_options;
+  cpu_options.grouped = true;
+  EXPECT_FALSE(r32.prepare_cpu(cpu_options).grouped_mma());
+  const testbed::ScopedEnv mma_env("CAKEMOE_BGMV_EXPAND_MMA", "0");
+  EXPECT_FALSE(prepare_grouped(r32, 1).grouped_mma());
+}
+
 // The two-kernel forms at rank 16 (where the fused stage is the default up to H 3072) and 64.
 TEST(BgmvGroupedGpu, TwoKernelFormsAtFusedRanks) {
   CAKEMOE_REQUIRE_GPU();
@@ -175,12 +198,14 @@ TEST(BgmvGroupedGpu, TwoKernelFormsAtFusedRanks) {
   for (const GroupedRow& row : rows) check_forms(row, ++seed, {1});
 }
 
-// The grouped expand with 1, 2 and 4 tiles per CTA (CAKEMOE_BGMV_EXPAND_TILES): the same bits.
+// The SIMT grouped expand with 1, 2 and 4 tiles per CTA (CAKEMOE_BGMV_EXPAND_TILES; the
+// tensor-core expand, the default at ranks 32 / 64, is switched off): the same bits.
 // The rows cover empty bins' tile slots (P far below the bin count, first-wave and later CTAs),
 // bins cut into several tiles (64 routes per bin), a tile count that is not a multiple of 4,
 // ranks 8-64 and both dtypes.
 TEST(BgmvGroupedGpu, ExpandTilesBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
+  const testbed::ScopedEnv mma_env("CAKEMOE_BGMV_EXPAND_MMA", "0");
   const GroupedRow rows[] = {
       {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},  // 1024 bins, P 1024
       {1344, 16, 512, 2, 2, 8, DType::kFP16, PairOrder::kSlotMajor},     // 64 routes per bin
@@ -204,7 +229,8 @@ TEST(BgmvGroupedGpu, IndexScatteredStoresBitwiseVsCpu) {
                    7400, {1});
 }
 
-// One and two columns per grouped-expand thread (CAKEMOE_BGMV_EXPAND_COLS=1 / 2; two is the
+// The SIMT grouped expand (CAKEMOE_BGMV_EXPAND_MMA=0) with one and two columns per thread
+// (CAKEMOE_BGMV_EXPAND_COLS=1 / 2; two is the
 // default at ranks 8-32 with 2 tiles per CTA, and at rank 64 "2" gives a column pair to a thread
 // pair): the same bits. The rows cover a last column block of fewer than 128 columns (H 744:
 // 232, a partly live warp) and of 128-256 (H 2688: 128; H 1344: 64; H 1000: 232; H 2112: 64),
@@ -212,6 +238,7 @@ TEST(BgmvGroupedGpu, IndexScatteredStoresBitwiseVsCpu) {
 TEST(BgmvGroupedGpu, ExpandTwoColumnsBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
   const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "1");  // not the fused one
+  const testbed::ScopedEnv mma_env("CAKEMOE_BGMV_EXPAND_MMA", "0");       // the SIMT expand
   const std::vector<GroupedRow> rows = {
       {3072, 32, 512, 2, 8, 128, DType::kBF16, PairOrder::kTokenMajor},
       {2688, 32, 300, 2, 4, 64, DType::kFP16, PairOrder::kExpertSorted},
@@ -234,6 +261,7 @@ TEST(BgmvGroupedGpu, ExpandTwoColumnsBitwiseVsCpu) {
 TEST(BgmvGroupedGpu, SmallExpandColumnPairsBitwiseVsCpu) {
   CAKEMOE_REQUIRE_GPU();
   const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "1");
+  const testbed::ScopedEnv mma_env("CAKEMOE_BGMV_EXPAND_MMA", "0");
   const std::vector<GroupedRow> rows = {
       {744, 64, 24, 2, 2, 8, DType::kBF16, PairOrder::kTokenMajor},
       {520, 64, 20, 4, 3, 4, DType::kFP16, PairOrder::kExpertSorted},
