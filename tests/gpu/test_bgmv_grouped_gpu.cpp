@@ -230,9 +230,8 @@ TEST(BgmvGroupedGpu, IndexScatteredStoresBitwiseVsCpu) {
 }
 
 // The SIMT grouped expand (CAKEMOE_BGMV_EXPAND_MMA=0) with one and two columns per thread
-// (CAKEMOE_BGMV_EXPAND_COLS=1 / 2; two is the
-// default at ranks 8-32 with 2 tiles per CTA, and at rank 64 "2" gives a column pair to a thread
-// pair): the same bits. The rows cover a last column block of fewer than 128 columns (H 744:
+// (CAKEMOE_BGMV_EXPAND_COLS=1 / 2; two is the default at ranks 8-32 with 2 tiles per CTA, and at
+// rank 64 "2" gives a column pair to a thread pair): the same bits. The rows cover a last column block of fewer than 128 columns (H 744:
 // 232, a partly live warp) and of 128-256 (H 2688: 128; H 1344: 64; H 1000: 232; H 2112: 64),
 // > 16 routes per token and both dtypes.
 TEST(BgmvGroupedGpu, ExpandTwoColumnsBitwiseVsCpu) {
