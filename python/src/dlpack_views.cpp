@@ -27,7 +27,8 @@ constexpr DTypeCode kCodes[] = {
 };
 
 std::string describe(nb::dlpack::dtype d) {
-  static const char* const kNames[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  static const char* const kNames[] = {"int",    "uint",    "float", "opaque",
+                                       "bfloat", "complex", "bool"};
   const std::string name = d.code < 7 ? kNames[d.code] : "code" + std::to_string(d.code);
   return name + std::to_string(d.bits) + (d.lanes == 1 ? "" : "x" + std::to_string(d.lanes));
 }
@@ -76,13 +77,15 @@ nb::ndarray<nb::array_api> from_view(const TensorView& view, nb::handle owner) {
       d.bits = c.bits;
     }
   }
-  if (d.bits == 0) throw Unsupported("dtype", std::string("no DLPack code for ") + dtype_name(view.dtype));
+  if (d.bits == 0) {
+    throw Unsupported("dtype", std::string("no DLPack code for ") + dtype_name(view.dtype));
+  }
   std::vector<size_t> shape(view.ndim);
   for (int i = 0; i < view.ndim; ++i) shape[i] = static_cast<size_t>(view.shape[i]);
   const bool cuda = view.device.type == DeviceType::kCUDA;
-  return nb::ndarray<nb::array_api>(view.data, static_cast<size_t>(view.ndim), shape.data(), owner, view.strides,
-                       d, cuda ? nb::device::cuda::value : nb::device::cpu::value,
-                       cuda ? view.device.index : 0);
+  return nb::ndarray<nb::array_api>(
+      view.data, static_cast<size_t>(view.ndim), shape.data(), owner, view.strides, d,
+      cuda ? nb::device::cuda::value : nb::device::cpu::value, cuda ? view.device.index : 0);
 }
 
 }  // namespace python

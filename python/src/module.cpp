@@ -57,7 +57,8 @@ void raise_typed(PyObject* type, const Error& e) {
 
 void register_errors(nb::module_& m) {
   g_errors.error = new_error_type(m, "Error", PyExc_Exception, nullptr);
-  g_errors.invalid_argument = new_error_type(m, "InvalidArgument", g_errors.error, PyExc_ValueError);
+  g_errors.invalid_argument =
+      new_error_type(m, "InvalidArgument", g_errors.error, PyExc_ValueError);
   g_errors.unsupported = new_error_type(m, "Unsupported", g_errors.error, PyExc_ValueError);
   g_errors.cuda_error = new_error_type(m, "CudaError", g_errors.error, PyExc_RuntimeError);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
@@ -93,8 +94,9 @@ std::vector<TensorView> list_views(const std::vector<AnyArray>& arrays, const st
 bgmv::BgmvPlan prepare(const AnyArray& x, const std::vector<AnyArray>& lora_a,
                        const std::vector<AnyArray>& lora_b, const AnyArray& sorted_token_ids,
                        const AnyArray& expert_ids, const AnyArray& lora_indices,
-                       const AnyArray& topk_weights, int64_t num_experts, const std::string& backend,
-                       bool fallback, const std::optional<AnyArray>& shrink_out,
+                       const AnyArray& topk_weights, int64_t num_experts,
+                       const std::string& backend, bool fallback,
+                       const std::optional<AnyArray>& shrink_out,
                        const std::optional<AnyArray>& y_accum, std::optional<bool> grouped,
                        std::optional<bool> order_remap) {
   bgmv::BgmvOptions options;
@@ -142,12 +144,13 @@ NB_MODULE(_cakemoe, m) {
   install_warning_hook();
 
   nb::class_<bgmv::BgmvPlan>(m, "BgmvPlanCore")
-      .def("run",
-           [](bgmv::BgmvPlan& plan, uintptr_t stream) {
-             plan.run(reinterpret_cast<Stream>(stream));
-           },
-           nb::arg("stream"), nb::call_guard<nb::gil_scoped_release>(),
-           "Enqueues one replay on `stream` (a cudaStream_t as an integer; 0 = legacy default).")
+      .def(
+          "run",
+          [](bgmv::BgmvPlan& plan, uintptr_t stream) {
+            plan.run(reinterpret_cast<Stream>(stream));
+          },
+          nb::arg("stream"), nb::call_guard<nb::gil_scoped_release>(),
+          "Enqueues one replay on `stream` (a cudaStream_t as an integer; 0 = legacy default).")
       .def("close", &bgmv::BgmvPlan::close, nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("backend_used", &bgmv::BgmvPlan::backend_used)
       .def_prop_ro("variant", &bgmv::BgmvPlan::variant)

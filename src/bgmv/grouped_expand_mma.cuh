@@ -79,8 +79,8 @@ CAKEMOE_DEVICE void load_chunk(const uint16_t* row, int tig, uint32_t (&w)[kRank
 }
 
 CAKEMOE_DEVICE void st_global_hint2(float* gmem, float a, float b, uint64_t policy) {
-  asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(gmem), "f"(a),
-               "f"(b), "l"(policy)
+  asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(gmem), "f"(a), "f"(b),
+               "l"(policy)
                : "memory");
 }
 
@@ -91,8 +91,7 @@ CAKEMOE_DEVICE void st_global_hint2(float* gmem, float a, float b, uint64_t poli
 /// the PDL wait (B is not the shrink's output), the shrink rows g and g + 8 after it, and stores
 /// the partials of routes g and g + 8 at columns 8 f + 2 tig, + 1.
 template <bool kBf16, int kRank>
-__global__ void __launch_bounds__(kMmaExpandWarps * 32)
-    grouped_expand_mma_kernel(GroupedParams p) {
+__global__ void __launch_bounds__(kMmaExpandWarps * 32) grouped_expand_mma_kernel(GroupedParams p) {
   static_assert(kRank == 16 || kRank == 32 || kRank == 64, "m16n8k16 steps over the rank");
   constexpr int kWords = kRank / 8;
   constexpr int kSteps = kRank / 16;
@@ -121,8 +120,7 @@ __global__ void __launch_bounds__(kMmaExpandWarps * 32)
 #pragma unroll
   for (int f = 0; f < kFrags; ++f) {
     if (f < frags) {
-      mma_detail::load_chunk<kRank>(bblock + (colw + 8 * f + g) * kRank, tig, b[f], b_policy,
-                                    true);
+      mma_detail::load_chunk<kRank>(bblock + (colw + 8 * f + g) * kRank, tig, b[f], b_policy, true);
     }
   }
   const int n = info.y;
