@@ -165,3 +165,25 @@ def test_warning_hook_redirects():
     y = plan.run()
     assert y.shape == (4, 512)
     np.testing.assert_allclose(y, oracle(problem)[0], atol=1e-2, rtol=1e-2)
+
+
+def test_grouped_pipeline_matches_per_route():
+    # Spec §5 / §11 "grouped forced": shrink rows bitwise equal, y within 1e-5.
+    rng = np.random.default_rng(15)
+    problem = make_problem(rng, 60, 512, 32, 4, 3, 8)
+    grouped = prepare(problem, grouped=True)
+    per_route = prepare(problem, grouped=False)
+    assert grouped.grouped and not per_route.grouped
+    y_g = grouped.run().copy()
+    y_p = per_route.run().copy()
+    assert np.array_equal(grouped.shrink_out.view(np.uint16), per_route.shrink_out.view(np.uint16))
+    np.testing.assert_allclose(y_g, y_p, rtol=1e-5, atol=1e-5)
+    assert not grouped.grouped_mma  # the CPU engine keeps the canonical partials
+
+
+def test_order_remap_with_grouped_is_rejected():
+    rng = np.random.default_rng(16)
+    problem = make_problem(rng, 8, 256, 16, 2, 2, 4)
+    with pytest.raises(cakemoe.InvalidArgument) as info:
+        prepare(problem, grouped=True, order_remap=True)
+    assert info.value.argument == "order_remap"
