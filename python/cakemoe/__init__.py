@@ -11,6 +11,7 @@ the reference engine) and numpy arrays (CPU reference engine). torch is never im
 unless the caller passes torch tensors.
 """
 
+import contextlib
 import warnings
 
 from . import _cakemoe
@@ -267,17 +268,9 @@ def _shapes_known(x, weights):
         return False
 
 
-class _NoContext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def _device_context(x):
     if _is_torch(x) and x.is_cuda:
         import torch
 
         return torch.cuda.device(x.device)
-    return _NoContext()
+    return contextlib.nullcontext()

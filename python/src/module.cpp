@@ -167,16 +167,8 @@ NB_MODULE(_cakemoe, m) {
       .def_prop_ro("pdl_mode", &bgmv::BgmvPlan::pdl_mode)
       .def_prop_ro("schedule_id", &bgmv::BgmvPlan::schedule_id)
       .def_prop_ro("fallback_reason", &bgmv::BgmvPlan::fallback_reason)
-      .def_prop_ro("route_index",
-                   [](nb::handle self) {
-                     return optional_array(nb::cast<bgmv::BgmvPlan&>(self).route_index(), self);
-                   })
-      .def_prop_ro("y_accum",
-                   [](nb::handle self) {
-                     return optional_array(nb::cast<bgmv::BgmvPlan&>(self).y_accum(), self);
-                   })
-      .def_prop_ro("shrink_out", [](nb::handle self) {
-        return optional_array(nb::cast<bgmv::BgmvPlan&>(self).shrink_out(), self);
+      .def_prop_ro("route_index", [](nb::handle self) {
+        return optional_array(nb::cast<bgmv::BgmvPlan&>(self).route_index(), self);
       });
 
   m.def("prepare_bgmv_moe", &prepare, nb::arg("x"), nb::arg("lora_a_weights"),

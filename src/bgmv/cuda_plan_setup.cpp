@@ -205,8 +205,10 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.expand_cols = grouped_expand_cols_from_env(s.rank, g.expand_tiles, s.num_pairs, s.dtype);
-  g.expand_mma = grouped_expand_mma_from_env(s.rank);
-  impl.grouped_mma = g.expand_mma != 0 && g.stage != 4;
+  // NOTE: the fused stage has its own expand half: expand_mma is 0 there, so the field and the
+  // plan's report say the same.
+  g.expand_mma = g.stage != 4 ? grouped_expand_mma_from_env(s.rank) : 0;
+  impl.grouped_mma = g.expand_mma != 0;
   // CAKEMOE_BGMV_FUSED_COLS=1: one column per step in the fused stage's expand half (A/B runs).
   // At rank 64 (a column pair per thread pair) only with CAKEMOE_BGMV_FUSED_COLS=2 (H200 session
   // 15: 1.01-1.02 on every fused rank-64 row).

@@ -16,8 +16,7 @@ namespace grouped {
 
 constexpr int kMmaExpandWarps = 4;
 constexpr int kMmaWarpCols = 64;  ///< 8 fragments of 8 columns per warp
-constexpr int kMmaExpandCols = kMmaExpandWarps * kMmaWarpCols;
-static_assert(kMmaExpandCols == kGroupExpandCols, "the combine's column blocks");
+constexpr int kMmaExpandCols = kMmaExpandWarps * kMmaWarpCols;  ///< columns per CTA
 
 namespace mma_detail {
 
