@@ -123,8 +123,7 @@ int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
 // (GroupedParams::packed_routes). CAKEMOE_BGMV_TILE_MAJOR=0: the grouped shrink's (tile, rank
 // block) grid instead of the tile-major one (GroupedParams::shrink_tile_major).
 // CAKEMOE_BGMV_INDEX_SMEM_SCATTER=0: the one-CTA index stores sorted_routes scattered
-// (GroupedParams::index_smem_scatter). CAKEMOE_BGMV_EXPAND_COMBINE=0: the combine kernel combines
-// every token (GroupedParams::combine_in_expand).
+// (GroupedParams::index_smem_scatter).
 int switch_from_env(const char* name) {
   const char* env = std::getenv(name);
   return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
@@ -210,9 +209,6 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   // plan's report say the same.
   g.expand_mma = g.stage != 4 ? grouped_expand_mma_from_env(s.rank) : 0;
   impl.grouped_mma = g.expand_mma != 0;
-  // The tensor-core expand combines the tokens whose last route it holds (the combine kernel
-  // keeps the rest); CAKEMOE_BGMV_EXPAND_COMBINE=0 leaves all to the combine (A/B runs).
-  g.combine_in_expand = g.expand_mma != 0 ? switch_from_env("CAKEMOE_BGMV_EXPAND_COMBINE") : 0;
   // CAKEMOE_BGMV_FUSED_COLS=1: one column per step in the fused stage's expand half (A/B runs).
   // At rank 64 (a column pair per thread pair) only with CAKEMOE_BGMV_FUSED_COLS=2 (H200 session
   // 15: 1.01-1.02 on every fused rank-64 row).

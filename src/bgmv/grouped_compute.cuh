@@ -579,9 +579,7 @@ __global__ void __launch_bounds__(grouped_expand_threads(kRank, kCols),
 
 /// grid T x 256: one token per CTA, all its columns (4 per thread per step, float4 loads of the
 /// partials): y[t, c] = fma chain of partial * weight over the token's routes in ascending pair
-/// order from 0 (reference::bgmv's grouped order); 0 for tokens without routes or LoRA. With
-/// combine_in_expand only tokens without routes and those with more than 16 (the expand
-/// combined the others).
+/// order from 0 (reference::bgmv's grouped order); 0 for tokens without routes or LoRA.
 ///
 /// The token's route list is read before griddepcontrol.wait: the index wrote it, and the index
 /// grid completed before the shrink's wait returned, which precedes this grid's launch (the
@@ -596,12 +594,6 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
   const int t = blockIdx.x, tid = threadIdx.x;
   const int64_t h = p.hidden;
   const int count = __ldcg(w.token_count + t);
-  if (p.combine_in_expand && count >= 1 && count <= kGroupTokenSlots) {
-    // The expand's last arriving CTA per column block wrote this token's y. NOTE: still waits,
-    // so this grid completes only after the expand (as the expand's CTAs without a tile do).
-    dev::pdl_wait();
-    return;
-  }
   float* y = p.y + static_cast<int64_t>(t) * p.y_row_stride;
   constexpr int kStep = 4 * kGroupCombineThreads;
   // NOTE: kSteps float4 per thread per chunk, every route's loads issued before the first store

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 
-#include "bgmv/grouped_arrival_combine.cuh"
 #include "bgmv/grouped_index.cuh"
 
 namespace cakemoe {
@@ -18,7 +17,6 @@ namespace grouped {
 constexpr int kMmaExpandWarps = 4;
 constexpr int kMmaWarpCols = 64;  ///< 8 fragments of 8 columns per warp
 constexpr int kMmaExpandCols = kMmaExpandWarps * kMmaWarpCols;  ///< columns per CTA
-static_assert(kMmaExpandCols == kGroupArrivalCols, "an arrival counter per CTA column block");
 
 namespace mma_detail {
 
@@ -90,8 +88,7 @@ CAKEMOE_DEVICE void st_global_hint2(float* gmem, float a, float b, uint64_t poli
 /// Grid (max_tiles, ceil(H / 256)), 128 threads: warp w owns columns [64 w, 64 w + 64) of the
 /// block. Lane (g = lane / 4, tig = lane % 4) loads B's column 8 f + g for each fragment f before
 /// the PDL wait (B is not the shrink's output), the shrink rows g and g + 8 after it, and stores
-/// the partials of routes g and g + 8 at columns 8 f + 2 tig, + 1. With combine_in_expand the CTA
-/// then combines the tokens whose last route it holds (grouped_arrival_combine.cuh).
+/// the partials of routes g and g + 8 at columns 8 f + 2 tig, + 1.
 template <bool kBf16, int kRank>
 __global__ void __launch_bounds__(kMmaExpandWarps * 32) grouped_expand_mma_kernel(GroupedParams p) {
   static_assert(kRank == 16 || kRank == 32 || kRank == 64, "m16n8k16 steps over the rank");
@@ -149,9 +146,6 @@ __global__ void __launch_bounds__(kMmaExpandWarps * 32) grouped_expand_mma_kerne
     const int64_t c = colw + 8 * f + 2 * tig;
     if (out_lo != nullptr) mma_detail::st_global_hint2(out_lo + c, d[0], d[1], partial_policy);
     if (out_hi != nullptr) mma_detail::st_global_hint2(out_hi + c, d[2], d[3], partial_policy);
-  }
-  if (p.combine_in_expand) {
-    combine_arrived_tokens(p, w, info, static_cast<int64_t>(blockIdx.y) * kMmaExpandCols);
   }
 }
 

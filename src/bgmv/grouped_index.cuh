@@ -25,7 +25,6 @@ struct GroupedWs {
   int* cta_base;
   int4* tile_info;  ///< {first route in sorted_routes, routes (1..16), bin, 0}
   uint16_t* tile_rows;  ///< [P][R] the shrink rows again, in sorted-route order
-  int* arrivals;  ///< [T][ceil(H / 256)] combine_in_expand's counters, 0 between runs
 };
 
 CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
@@ -44,8 +43,6 @@ CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
   after += (4 - reinterpret_cast<uintptr_t>(after) / sizeof(int) % 4) % 4;
   w.tile_info = reinterpret_cast<int4*>(after);
   w.tile_rows = reinterpret_cast<uint16_t*>(w.tile_info + p.max_tiles);
-  w.arrivals = reinterpret_cast<int*>(w.tile_info + p.max_tiles) +
-               static_cast<int64_t>(p.num_pairs) * kGroupTileRowWords;
   return w;
 }
 

@@ -12,10 +12,9 @@ namespace bgmv {
 /// grouped_workspace()): header[4] (word 0 = tile count), bin_offset[bins + 1], tile_start
 /// [max_tiles] (group_scan's scratch; spec §5 sizes it), sorted_routes[P], token_count[T],
 /// token_slots[16 T], hist[hist_ctas * bins], cta_base[hist_ctas * bins], then 0-3 pad words,
-/// tile_info[4 max_tiles] ({first route, routes, bin, 0} per tile, 16-byte aligned), tile_rows
+/// tile_info[4 max_tiles] ({first route, routes, bin, 0} per tile, 16-byte aligned) and tile_rows
 /// [32 P] (the shrink rows again as 16-bit values, R per sorted route, for the expand's one-trip
-/// read) and arrivals[T ceil(H / 256)] (combine_in_expand's counters). Zeroed once at prepare;
-/// every launch rewrites what it reads, and the arrival counters return to 0 in every run.
+/// read). Zeroed once at prepare; every launch rewrites what it reads.
 ///
 /// Two index forms with the same result: the one-CTA index kernel (fused_index, P <=
 /// kGroupFusedIndexMaxPairs) or group_hist -> group_scan -> group_scatter.
@@ -80,13 +79,6 @@ struct GroupedParams {
   /// 1: the one-CTA index gathers sorted_routes in shared memory and copies it out coalesced;
   /// 0: one scattered store per route (CAKEMOE_BGMV_INDEX_SMEM_SCATTER=0, A/B runs).
   int index_smem_scatter = 1;
-  /// 1: the tensor-core expand also combines (expand_mma only): after storing its partials a
-  /// CTA counts one arrival per route at (token, 256-column block), and the CTA whose arrival
-  /// completes a token's count (1-16 routes) writes that token's y for the block, by the combine
-  /// kernel's arithmetic; the combine kernel keeps the tokens without routes (zeros) and those
-  /// with more than 16 (the scan). The bits do not depend on it; CAKEMOE_BGMV_EXPAND_COMBINE=0
-  /// turns it off (A/B runs).
-  int combine_in_expand = 0;
   /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the
   /// bench's per-stage prefixes).
   int last_stage = 3;
@@ -127,9 +119,6 @@ constexpr int kGroupFusedIndexMaxPairs = 16384;  ///< key[P] in its shared memor
 constexpr int kGroupIndexSmemTokens = 16384;     ///< token counts in its shared memory
 constexpr int kGroupCombineThreads = 256;
 constexpr int kGroupShrinkThreads = 128;
-constexpr int kGroupTileRowWords = 64 / 2;  ///< tile_rows words per route: rank <= 64 16-bit values
-/// Columns per arrival counter of combine_in_expand (the tensor-core expand's CTA width).
-constexpr int kGroupArrivalCols = 256;
 constexpr int kGroupShrinkTileK = 1024;  ///< hidden elements per shrink k tile (128 threads x 8)
 constexpr int kGroupRankTile = 8;        ///< shrink rank rows per CTA
 /// Tiles per grouped-expand CTA (1, 2 or 4 are built; CAKEMOE_BGMV_EXPAND_TILES overrides):

@@ -77,6 +77,7 @@ constexpr int64_t kGroupStageAMinRoutesPerBin = 6;
 // The fused stage by default only where 4 CTAs fit per SM (bench/NOTES.md, session 5).
 constexpr int64_t kGroupFusedDefaultMaxBytes = 48 * 1024;
 constexpr int64_t kGroupAlignPadWords = 3;      // tile_info starts 16-byte aligned
+constexpr int64_t kGroupTileRowWords = 64 / 2;  // tile_rows: rank <= 64 16-bit values
 
 // cakemoe's SM90 grouped crossover (H200 measurements, bench/NOTES.md). Session 7 (`bench_bgmv
 // --variants`, after the fused grouped stage and the staged contiguous pair): rank 64 grouped
@@ -432,8 +433,7 @@ GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_
   w.max_tiles = group_max_tiles(num_pairs, w.bins);
   w.int_words = kGroupHeaderWords + (w.bins + 1) + w.max_tiles + num_pairs + num_tokens +
                 RouteIndexLayout::kSlotsPerToken * num_tokens + 2 * w.hist_ctas * w.bins +
-                kGroupAlignPadWords + 4 * w.max_tiles + num_pairs * kGroupTileRowWords +
-                num_tokens * ((hidden + kGroupArrivalCols - 1) / kGroupArrivalCols);
+                kGroupAlignPadWords + 4 * w.max_tiles + num_pairs * kGroupTileRowWords;
   w.partial_floats = num_pairs * hidden;
   return w;
 }

@@ -242,11 +242,10 @@ TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
   EXPECT_EQ(g.bins, 1024);
   EXPECT_EQ(g.max_tiles, 1536);
   EXPECT_EQ(g.hist_ctas, 8);
-  // spec §5 words, then cakemoe's alignment pad, tile_info[4 max_tiles], tile_rows (P rows of up
-  // to 64 16-bit values) and the arrival counters (T x ceil(H / 256)).
+  // spec §5 words, then cakemoe's alignment pad, tile_info[4 max_tiles] and tile_rows (P rows
+  // of up to 64 16-bit values).
   EXPECT_EQ(g.int_words,
-            4 + 1025 + 1536 + 8192 + 4096 + 4096 * 16 + 2 * 8 * 1024 + 3 + 4 * 1536 + 8192 * 32 +
-                4096 * 12);
+            4 + 1025 + 1536 + 8192 + 4096 + 4096 * 16 + 2 * 8 * 1024 + 3 + 4 * 1536 + 8192 * 32);
   EXPECT_EQ(g.partial_floats, 8192 * 3072);
   EXPECT_EQ(grouped_workspace(1, 1, 1, 1, 8).hist_ctas, 1);
   EXPECT_EQ(grouped_workspace(1 << 20, 1, 1, 1, 8).hist_ctas, 64);

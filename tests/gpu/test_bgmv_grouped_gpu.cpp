@@ -293,43 +293,6 @@ TEST(BgmvGroupedGpu, SmallMmaExpandWithinToleranceOfCpu) {
   EXPECT_FALSE(all_bitwise) << "every y equal to the CPU order: was the mma path taken?";
 }
 
-// The tensor-core expand's own combine (GroupedParams::combine_in_expand, the default with it):
-// the last CTA to store a token's partials for a column block writes its y, the combine kernel
-// keeps tokens without routes (LoRA -1: zeros) and with > 16 routes (k 20). Same arithmetic and
-// order as the combine kernel, so y must be bitwise equal to CAKEMOE_BGMV_EXPAND_COMBINE=0's, in
-// every one of 8 poisoned replays (the arrival counters reset themselves), and within 1e-5 of
-// the CPU grouped order (check_forms).
-TEST(BgmvGroupedGpu, SmallMmaCombineInExpandBitwiseVsCombineKernel) {
-  CAKEMOE_REQUIRE_GPU();
-  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "1");
-  const testbed::ScopedEnv mma_env("CAKEMOE_BGMV_EXPAND_MMA", "1");
-  const std::vector<GroupedRow> rows = {
-      {2688, 32, 64, 2, 4, 16, DType::kBF16, PairOrder::kTokenMajor},
-      {744, 32, 24, 20, 2, 32, DType::kBF16, PairOrder::kSlotMajor},
-      {520, 64, 40, 6, 3, 8, DType::kFP16, PairOrder::kExpertSorted},
-      {1024, 16, 48, 8, 2, 8, DType::kBF16, PairOrder::kTokenMajor}};
-  uint64_t seed = 7800;
-  for (const GroupedRow& row : rows) {
-    check_forms(row, ++seed, {1});
-    GpuCase g(bgmv_test::make_case(grouped_spec(row, seed)));
-    const std::string label = describe(g.host.spec);
-    std::vector<float> want;
-    {
-      const testbed::ScopedEnv off("CAKEMOE_BGMV_EXPAND_COMBINE", "0");
-      BgmvPlan kernel = prepare_grouped(g, 1);
-      ASSERT_TRUE(kernel.grouped_mma()) << label;
-      poison_and_run(kernel, nullptr);
-      want = fetch_y(kernel.y_accum());
-    }
-    BgmvPlan fused = prepare_grouped(g, 1);
-    for (int i = 0; i < 8; ++i) {
-      poison_and_run(fused, nullptr);
-      ASSERT_TRUE(bitwise_equal(fetch_y(fused.y_accum()), want, g.host.spec.hidden))
-          << label << ": run " << i << " vs the combine kernel";
-    }
-  }
-}
-
 // P > 16384: the hist / scan / scatter index is the only form.
 TEST(BgmvGroupedGpu, ManyPairsUseTheMultiCtaIndex) {
   CAKEMOE_REQUIRE_GPU();
