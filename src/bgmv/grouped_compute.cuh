@@ -362,11 +362,6 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
     }
   }
   const int tiles_per_split = (tiles + p.splits - 1) / p.splits;
-  // x vectors of the next tile to multiply. NOTE: at the end of a part they already hold the
-  // next part's first tile (x_ready), loaded before the part's reduction and row stores, so the
-  // next part does not start with a trip to memory.
-  uint4 x_next[kGroupShrinkPart];
-  bool x_ready = false;
   for (int part = 0; part < routes; part += kGroupShrinkPart) {
     const int n = min(kGroupShrinkPart, routes - part);
     const uint16_t* xs[kGroupShrinkPart];
@@ -387,11 +382,12 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
       // x rows read from global memory (every part but a staged first one): tile t + 1's
       // vectors are loaded before tile t's arithmetic, so only a split's first tile waits.
       const bool x_global = !(kStage == 2 && part == 0);
+      uint4 x_next[kGroupShrinkPart];
       const auto fetch_x = [&](int t) {
         const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
         if (k0 < h) load_x_vectors(xs, n, k0, x_next);
       };
-      if (x_global && t0 < t1 && !(z == 0 && x_ready)) fetch_x(t0);
+      if (x_global && t0 < t1) fetch_x(t0);
       for (int t = t0; t < t1; ++t) {
         const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
         if (k0 >= h) continue;  // only in the last tile: nothing to fetch after it
@@ -418,19 +414,6 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
           }
         };
         shrink_tile_n(n, load_x, load_a, acc);
-      }
-      x_ready = false;
-      if (z == p.splits - 1 && part + kGroupShrinkPart < routes) {
-        // The next part's first tile (split 0 starts at tile 0, k0 = 8 tid).
-        const int next = part + kGroupShrinkPart;
-        const int next_n = min(kGroupShrinkPart, routes - next);
-        const uint16_t* next_xs[kGroupShrinkPart];
-#pragma unroll
-        for (int i = 0; i < kGroupShrinkPart; ++i) {
-          next_xs[i] = route_x_row(p, w.sorted_routes[first + next + min(i, next_n - 1)], h);
-        }
-        if (8 * tid < h) load_x_vectors(next_xs, next_n, 8 * tid, x_next);
-        x_ready = true;
       }
       add_split_sums(n, acc, red, &total);
     }
