@@ -4,7 +4,8 @@
 #
 #   scripts/gpu-check.sh OUTDIR [--sanitize[=FILTER]] [--no-bench] [--no-tests] [--no-run]
 #
-# Configures with CAKEMOE_KERNELS=all, builds, runs ctest -L cpu and -L gpu, `cakemoe run`,
+# Configures with CAKEMOE_KERNELS=all, builds, runs ctest -L cpu and -L gpu, the portable GPU
+# tests again from compute_80 PTX (CUDA_FORCE_PTX_JIT=1), `cakemoe run`,
 # every bench/bench_* binary, and (with --sanitize) test_gpu under compute-sanitizer memcheck,
 # racecheck and synccheck on a reduced filter (default: GPU tests named *Small* or *Tiny*, else
 # all). Few files are written to OUTDIR (the device tool returns at most 8):
@@ -24,6 +25,9 @@ sanitize_filter=""
 do_bench=1
 do_tests=1
 do_run=1
+# The GPU tests that launch only PTX-carrying units (plus test-side kernels, which carry it too).
+ptx_jit_filter='*StepFun*:*Stepfun*:FormatsGpu.*:BgmvKernelsGpu.Portable*:BgmvPlanGpuPortable.*'
+ptx_jit_filter+='-*Perf*:*Timed*'
 for arg in "$@"; do
   case "$arg" in
     --sanitize) sanitize=1 ;;
@@ -159,6 +163,16 @@ if ((do_tests && built)); then
   else
     finish "ctest gpu" "$(ctest_detail)"
   fi
+fi
+
+# ---- Portable units from their compute_80 PTX (CAKEMOE_PORTABLE_PTX) ----------------------------
+# CUDA_FORCE_PTX_JIT=1 makes the driver ignore SASS and JIT every kernel from its PTX, so on the
+# H200 the StepFun units and the BGMV portable pair run as other devices of compute capability
+# >= 8.0 would (__CUDA_ARCH__ 800: no griddepcontrol); a kernel without PTX would fail to load.
+if ((do_tests && built)); then
+  run_step "ptx jit" "$out/test.log" 240 env CUDA_FORCE_PTX_JIT=1 "$build/tests/test_gpu" \
+    --gtest_filter="$ptx_jit_filter" --gtest_brief=1
+  finish "ptx jit" "$(grep -E 'PASSED|FAILED' "$tmp/last.log" | tr '\n' ' ')filter=$ptx_jit_filter"
 fi
 
 # ---- The main job -----------------------------------------------------------------------------
