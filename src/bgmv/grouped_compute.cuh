@@ -294,6 +294,69 @@ CAKEMOE_DEVICE void store_part_rows(const GroupedParams& p, const GroupedWs& w, 
   w.tile_rows[static_cast<int64_t>(pos + i) * p.rank + column] = bits;
 }
 
+/// One part of kN routes (x rows xs[0, kN)) over every hidden split: the per-thread fma chains
+/// over the split's k tiles (shrink_tile), then add_split_sums into `total`. x's vectors
+/// ping-pong between two register sets, tile t + 1's loads in flight during tile t's FMAs, with
+/// no copy between them (the copies cost ~35 moves per tile; the shrink is issue-bound, session
+/// 17). `stage_tid`: this thread's first staged vector (kStage >= 1); `part0`: the tile's first
+/// part (its A copies are still landing; kStage 2 also staged its x rows).
+template <bool kBf16, int kStage, int kN>
+CAKEMOE_DEVICE void shrink_part(const GroupedParams& p, const uint4* stage_tid,
+                                const uint16_t* a_global,
+                                const uint16_t* const (&xs)[kGroupShrinkPart], bool part0,
+                                int tiles, int tiles_per_split, SplitSums& red, float* total) {
+  constexpr int kRows = kRankTile + (kStage == 2 ? kGroupShrinkPart : 0);
+  const int tid = threadIdx.x;
+  const int64_t h = p.hidden;
+  const bool x_staged = kStage == 2 && part0;
+  for (int z = 0; z < p.splits; ++z) {
+    const int t0 = min(z * tiles_per_split, tiles), t1 = min((z + 1) * tiles_per_split, tiles);
+    float acc[kGroupShrinkPart][kRankTile];
+#pragma unroll
+    for (int i = 0; i < kGroupShrinkPart; ++i) {
+#pragma unroll
+      for (int r = 0; r < kRankTile; ++r) acc[i][r] = 0.0f;
+    }
+    uint4 x_next[kN];
+    // NOTE: the k offset is clamped so the loads need no branch (a thread past H in the last tile
+    // reloads its last vector and skips that tile's FMAs).
+    const auto fetch_x = [&](int t) {
+      const int64_t k0 = min(static_cast<int64_t>(t) * kShrinkTileK + 8 * tid, h - 8);
+#pragma unroll
+      for (int i = 0; i < kN; ++i) x_next[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
+    };
+    if (!x_staged && t0 < t1) fetch_x(t0);
+    for (int t = t0; t < t1; ++t) {
+      const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
+      if (k0 >= h) continue;  // only in the last tile: nothing to fetch after it
+      const uint4* staged = stage_tid + static_cast<int64_t>(t) * kRows * kShrinkThreads;
+      if constexpr (kStage >= 1) {
+        if (part0) cp_async_wait_upto(tiles - 1 - t);
+      }
+      uint4 x_now[kN];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) x_now[i] = x_next[i];
+      if (!x_staged && t + 1 < t1) fetch_x(t + 1);
+      const auto load_x = [&](int i, float* out) {
+        if (kStage == 2 && x_staged) {
+          dev::unpack8<!kBf16>(staged[(kRankTile + i) * kShrinkThreads], out);
+        } else {
+          dev::unpack8<!kBf16>(x_now[i], out);
+        }
+      };
+      const auto load_a = [&](int r, float* out) {
+        if constexpr (kStage >= 1) {
+          dev::unpack8<!kBf16>(staged[r * kShrinkThreads], out);
+        } else {
+          load8<kBf16>(a_global + r * h + k0, out);
+        }
+      };
+      shrink_tile<kN>(load_x, load_a, acc);
+    }
+    add_split_sums(kN, acc, red, total);
+  }
+}
+
 /// grid (max_tiles, R / 8) x 128: the shrink rows of one tile (<= 16 routes of one bin) for 8
 /// rank rows, in parts of 4 routes (32 accumulators per thread). kStage 1: the 8 x H block of A is
 /// copied into dynamic shared memory once and every part reads it there; kStage 2: also the x
@@ -371,51 +434,24 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
       xs[i] = part == 0 ? x_first[i] : route_x_row(p, entry, h);
     }
     float total = 0.0f;  // owned by thread i * 8 + r < 32
-    for (int z = 0; z < p.splits; ++z) {
-      const int t0 = min(z * tiles_per_split, tiles), t1 = min((z + 1) * tiles_per_split, tiles);
-      float acc[kGroupShrinkPart][kRankTile];
-#pragma unroll
-      for (int i = 0; i < kGroupShrinkPart; ++i) {
-#pragma unroll
-        for (int r = 0; r < kRankTile; ++r) acc[i][r] = 0.0f;
-      }
-      // x rows read from global memory (every part but a staged first one): tile t + 1's
-      // vectors are loaded before tile t's arithmetic, so only a split's first tile waits.
-      const bool x_global = !(kStage == 2 && part == 0);
-      uint4 x_next[kGroupShrinkPart];
-      const auto fetch_x = [&](int t) {
-        const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-        if (k0 < h) load_x_vectors(xs, n, k0, x_next);
-      };
-      if (x_global && t0 < t1) fetch_x(t0);
-      for (int t = t0; t < t1; ++t) {
-        const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-        if (k0 >= h) continue;  // only in the last tile: nothing to fetch after it
-        const uint4* staged = stage_vec + static_cast<int64_t>(t) * kRows * kShrinkThreads + tid;
-        if constexpr (kStage >= 1) {
-          if (part == 0) cp_async_wait_upto(tiles - 1 - t);
-        }
-        uint4 x_now[kGroupShrinkPart];
-#pragma unroll
-        for (int i = 0; i < kGroupShrinkPart; ++i) x_now[i] = x_next[i];
-        if (x_global && t + 1 < t1) fetch_x(t + 1);
-        const auto load_x = [&](int i, float* out) {
-          if (kStage == 2 && part == 0) {
-            dev::unpack8<!kBf16>(staged[(kRankTile + i) * kShrinkThreads], out);
-          } else {
-            dev::unpack8<!kBf16>(x_now[i], out);
-          }
-        };
-        const auto load_a = [&](int r, float* out) {
-          if constexpr (kStage >= 1) {
-            dev::unpack8<!kBf16>(staged[r * kShrinkThreads], out);
-          } else {
-            load8<kBf16>(a_global + r * h + k0, out);
-          }
-        };
-        shrink_tile_n(n, load_x, load_a, acc);
-      }
-      add_split_sums(n, acc, red, &total);
+    const uint4* stage_tid = stage_vec + tid;
+    switch (n) {  // CTA-uniform
+      case 1:
+        shrink_part<kBf16, kStage, 1>(p, stage_tid, a_global, xs, part == 0, tiles, tiles_per_split, red,
+                                        &total);
+        break;
+      case 2:
+        shrink_part<kBf16, kStage, 2>(p, stage_tid, a_global, xs, part == 0, tiles, tiles_per_split, red,
+                                        &total);
+        break;
+      case 3:
+        shrink_part<kBf16, kStage, 3>(p, stage_tid, a_global, xs, part == 0, tiles, tiles_per_split, red,
+                                        &total);
+        break;
+      default:
+        shrink_part<kBf16, kStage, 4>(p, stage_tid, a_global, xs, part == 0, tiles, tiles_per_split, red,
+                                        &total);
+        break;
     }
     store_part_rows<kBf16>(p, w, first + part, n, rank_block, total);
   }
