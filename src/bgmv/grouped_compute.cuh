@@ -69,34 +69,6 @@ CAKEMOE_DEVICE void shrink_tile(const LoadX& load_x, const LoadA& load_a,
   }
 }
 
-template <typename LoadX, typename LoadA>
-CAKEMOE_DEVICE void shrink_tile_n(int n, const LoadX& load_x, const LoadA& load_a,
-                                  float (&acc)[kGroupShrinkPart][kRankTile]) {
-  switch (n) {
-    case 1:
-      shrink_tile<1>(load_x, load_a, acc);
-      break;
-    case 2:
-      shrink_tile<2>(load_x, load_a, acc);
-      break;
-    case 3:
-      shrink_tile<3>(load_x, load_a, acc);
-      break;
-    default:
-      shrink_tile<4>(load_x, load_a, acc);
-      break;
-  }
-}
-
-/// x's vectors at k0 (one 16-byte load each) for the first n of a part's routes.
-CAKEMOE_DEVICE void load_x_vectors(const uint16_t* const (&xs)[kGroupShrinkPart], int n,
-                                   int64_t k0, uint4 (&out)[kGroupShrinkPart]) {
-#pragma unroll
-  for (int i = 0; i < kGroupShrinkPart; ++i) {
-    if (i < n) out[i] = *reinterpret_cast<const uint4*>(xs[i] + k0);
-  }
-}
-
 /// One route's unweighted partials for kCols columns (the grouped order of spec §3.2): per column
 /// and rank group g an FMA chain over r = 8g .. 8g + 7 from 0, then lane 0 of the XOR butterfly
 /// (offsets G/2 .. 1) over the groups. `row`: the route's shrink row widened to fp32, each value
@@ -357,6 +329,34 @@ CAKEMOE_DEVICE void shrink_part(const GroupedParams& p, const uint4* stage_tid,
   }
 }
 
+/// shrink_part for a part of n = 1..4 routes (CTA-uniform); returns the part's total.
+template <bool kBf16, int kStage>
+CAKEMOE_DEVICE float shrink_part_n(int n, const GroupedParams& p, const uint4* stage_tid,
+                                   const uint16_t* a_global,
+                                   const uint16_t* const (&xs)[kGroupShrinkPart], bool part0,
+                                   int tiles, int tiles_per_split, SplitSums& red) {
+  float total = 0.0f;  // owned by thread i * 8 + r < 8 n
+  switch (n) {
+    case 1:
+      shrink_part<kBf16, kStage, 1>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split,
+                                    red, &total);
+      break;
+    case 2:
+      shrink_part<kBf16, kStage, 2>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split,
+                                    red, &total);
+      break;
+    case 3:
+      shrink_part<kBf16, kStage, 3>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split,
+                                    red, &total);
+      break;
+    default:
+      shrink_part<kBf16, kStage, 4>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split,
+                                    red, &total);
+      break;
+  }
+  return total;
+}
+
 /// grid (max_tiles, R / 8) x 128: the shrink rows of one tile (<= 16 routes of one bin) for 8
 /// rank rows, in parts of 4 routes (32 accumulators per thread). kStage 1: the 8 x H block of A is
 /// copied into dynamic shared memory once and every part reads it there; kStage 2: also the x
@@ -433,26 +433,8 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
       const int entry = w.sorted_routes[first + part + min(i, n - 1)];
       xs[i] = part == 0 ? x_first[i] : route_x_row(p, entry, h);
     }
-    float total = 0.0f;  // owned by thread i * 8 + r < 32
-    const uint4* stage_tid = stage_vec + tid;
-    switch (n) {  // CTA-uniform
-      case 1:
-        shrink_part<kBf16, kStage, 1>(p, stage_tid, a_global, xs, part == 0, tiles, tiles_per_split, red,
-                                        &total);
-        break;
-      case 2:
-        shrink_part<kBf16, kStage, 2>(p, stage_tid, a_global, xs, part == 0, tiles, tiles_per_split, red,
-                                        &total);
-        break;
-      case 3:
-        shrink_part<kBf16, kStage, 3>(p, stage_tid, a_global, xs, part == 0, tiles, tiles_per_split, red,
-                                        &total);
-        break;
-      default:
-        shrink_part<kBf16, kStage, 4>(p, stage_tid, a_global, xs, part == 0, tiles, tiles_per_split, red,
-                                        &total);
-        break;
-    }
+    const float total = shrink_part_n<kBf16, kStage>(n, p, stage_vec + tid, a_global, xs,
+                                                     part == 0, tiles, tiles_per_split, red);
     store_part_rows<kBf16>(p, w, first + part, n, rank_block, total);
   }
   dev::timeline_stamp_at(p.timeline_front, slot, 4);
