@@ -372,7 +372,6 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
     grouped_shrink_kernel(GroupedParams p) {
   extern __shared__ uint4 stage_vec[];
   __shared__ SplitSums red;
-  __shared__ int route_tokens[kGroupTileRoutes];
   // Timeline builds: slot 1 + CTA of timeline_front (slot 0 is the index): 0 entry, 2 wait
   // returned, 4 exit of a CTA with a tile.
   const unsigned long long slot = 1 + dev::timeline_cta();
@@ -398,22 +397,14 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   const uint16_t* a_global = static_cast<const uint16_t*>(p.lora_a) +
                              (static_cast<int64_t>(bin) * p.rank + rank_block * kRankTile) * h;
   const int first_part = min(kGroupShrinkPart, routes);
-  // The token of each of the tile's routes, found once by one thread each (a part used to find
-  // its 4 in a chain of dependent L2 trips, one route after the other, at every part's start).
-  // NOTE: tokens, not pointers: a pointer read back from shared memory is generic to the
-  // compiler, and the x loads through it became LD instead of LDG.
-  const auto find_route_rows = [&]() {
-    if (tid < routes) {
-      route_tokens[tid] = static_cast<int>(route_token(p, w.sorted_routes[first + tid]));
-    }
-    __syncthreads();
-  };
-  const uint16_t* const x = static_cast<const uint16_t*>(p.x);
-  const auto route_row = [&](int i) { return x + static_cast<int64_t>(route_tokens[i]) * h; };
+  const uint16_t* x_first[kGroupShrinkPart];
+#pragma unroll
+  for (int i = 0; i < kGroupShrinkPart; ++i) {
+    x_first[i] = route_x_row(p, w.sorted_routes[first + min(i, first_part - 1)], h);
+  }
   // Staged vector (row, t) of this thread: stage_vec[(t * rows + row) * 128 + tid], rows = A's 8
   // then (kStage 2) the first part's x rows.
   constexpr int kRows = kRankTile + (kStage == 2 ? kGroupShrinkPart : 0);
-  if constexpr (kStage == 2) find_route_rows();  // the copies below need the first part's rows
   if constexpr (kStage >= 1) {
     const uint64_t a_policy = read_once_policy(p);
     for (int t = 0; t < tiles; ++t) {
@@ -426,20 +417,22 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
         }
         if constexpr (kStage == 2) {
           for (int i = 0; i < first_part; ++i) {
-            dev::cp_async16(dst + (kRankTile + i) * kShrinkThreads, route_row(i) + k0, true);
+            dev::cp_async16(dst + (kRankTile + i) * kShrinkThreads, x_first[i] + k0, true);
           }
         }
       }
       dev::cp_async_commit();
     }
   }
-  if constexpr (kStage != 2) find_route_rows();  // after A's copies are in flight
   const int tiles_per_split = (tiles + p.splits - 1) / p.splits;
   for (int part = 0; part < routes; part += kGroupShrinkPart) {
     const int n = min(kGroupShrinkPart, routes - part);
     const uint16_t* xs[kGroupShrinkPart];
 #pragma unroll
-    for (int i = 0; i < kGroupShrinkPart; ++i) xs[i] = route_row(part + min(i, n - 1));
+    for (int i = 0; i < kGroupShrinkPart; ++i) {
+      const int entry = w.sorted_routes[first + part + min(i, n - 1)];
+      xs[i] = part == 0 ? x_first[i] : route_x_row(p, entry, h);
+    }
     const float total = shrink_part_n<kBf16, kStage>(n, p, stage_vec + tid, a_global, xs,
                                                      part == 0, tiles, tiles_per_split, red);
     store_part_rows<kBf16>(p, w, first + part, n, rank_block, total);
