@@ -267,11 +267,12 @@ CAKEMOE_DEVICE void store_part_rows(const GroupedParams& p, const GroupedWs& w, 
 }
 
 /// One part of kN routes (x rows xs[0, kN)) over every hidden split: the per-thread fma chains
-/// over the split's k tiles (shrink_tile), then add_split_sums into `total`. x's vectors
-/// ping-pong between two register sets, tile t + 1's loads in flight during tile t's FMAs, with
-/// no copy between them (the copies cost ~35 moves per tile; the shrink is issue-bound, session
-/// 17). `stage_tid`: this thread's first staged vector (kStage >= 1); `part0`: the tile's first
-/// part (its A copies are still landing; kStage 2 also staged its x rows).
+/// over the split's k tiles (shrink_tile), then add_split_sums into `total`. Tile t + 1's x
+/// vectors are loaded before tile t's FMAs. kN is compile-time and the loads unconditional, so
+/// no instruction goes to routes past the part or to keeping unloaded registers (the route-count
+/// branches cost ~35 moves per k tile, and the shrink is issue-bound: H200, session 17, grouped
+/// rows 0.98). `stage_tid`: this thread's first staged vector (kStage >= 1); `part0`: the tile's
+/// first part (its A copies are still landing; kStage 2 also staged its x rows).
 template <bool kBf16, int kStage, int kN>
 CAKEMOE_DEVICE void shrink_part(const GroupedParams& p, const uint4* stage_tid,
                                 const uint16_t* a_global,
@@ -338,20 +339,20 @@ CAKEMOE_DEVICE float shrink_part_n(int n, const GroupedParams& p, const uint4* s
   float total = 0.0f;  // owned by thread i * 8 + r < 8 n
   switch (n) {
     case 1:
-      shrink_part<kBf16, kStage, 1>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split,
-                                    red, &total);
+      shrink_part<kBf16, kStage, 1>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split, red,
+                                    &total);
       break;
     case 2:
-      shrink_part<kBf16, kStage, 2>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split,
-                                    red, &total);
+      shrink_part<kBf16, kStage, 2>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split, red,
+                                    &total);
       break;
     case 3:
-      shrink_part<kBf16, kStage, 3>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split,
-                                    red, &total);
+      shrink_part<kBf16, kStage, 3>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split, red,
+                                    &total);
       break;
     default:
-      shrink_part<kBf16, kStage, 4>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split,
-                                    red, &total);
+      shrink_part<kBf16, kStage, 4>(p, stage_tid, a_global, xs, part0, tiles, tiles_per_split, red,
+                                    &total);
       break;
   }
   return total;
@@ -433,8 +434,8 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
       const int entry = w.sorted_routes[first + part + min(i, n - 1)];
       xs[i] = part == 0 ? x_first[i] : route_x_row(p, entry, h);
     }
-    const float total = shrink_part_n<kBf16, kStage>(n, p, stage_vec + tid, a_global, xs,
-                                                     part == 0, tiles, tiles_per_split, red);
+    const float total = shrink_part_n<kBf16, kStage>(n, p, stage_vec + tid, a_global, xs, part == 0,
+                                                     tiles, tiles_per_split, red);
     store_part_rows<kBf16>(p, w, first + part, n, rank_block, total);
   }
   dev::timeline_stamp_at(p.timeline_front, slot, 4);
