@@ -169,7 +169,9 @@ fi
 # CUDA_FORCE_PTX_JIT=1 makes the driver ignore SASS and JIT every kernel from its PTX, so on the
 # H200 the StepFun units and the BGMV portable pair run as other devices of compute capability
 # >= 8.0 would (__CUDA_ARCH__ 800: no griddepcontrol); a kernel without PTX would fail to load.
-if ((do_tests && built)); then
+if ((do_tests && built)) && [[ ! -x "$build/tests/test_gpu" ]]; then
+  record "ptx jit" skip 0 "no test_gpu"
+elif ((do_tests && built)); then
   run_step "ptx jit" "$out/test.log" 240 env CUDA_FORCE_PTX_JIT=1 "$build/tests/test_gpu" \
     --gtest_filter="$ptx_jit_filter" --gtest_brief=1
   finish "ptx jit" "$(grep -E 'PASSED|FAILED' "$tmp/last.log" | tr '\n' ' ')filter=$ptx_jit_filter"
