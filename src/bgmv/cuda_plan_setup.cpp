@@ -331,6 +331,17 @@ void setup_cuda_plan(BgmvPlan::Impl& impl, Arch arch) {
     core::require_supported(cap.major * 10 + cap.minor >= kPortableMinCapability, "device",
                             "the portable BGMV kernels need compute capability >= 8.0, got " +
                                 std::to_string(cap.major) + "." + std::to_string(cap.minor));
+    // NOTE: before anything is allocated: a device without native code in this build runs the
+    // portable pair only from its compute_80 PTX.
+    if (arch == Arch::kOther) {
+      for (const char* stage : {"portable_shrink", "portable_expand"}) {
+        core::require_supported(
+            core::kernel_unit_has_ptx(unit_or_throw(stage, "", arch)), "device",
+            "this build has no compute_80 PTX for the portable BGMV kernels, so a compute "
+            "capability " + std::to_string(cap.major) + "." + std::to_string(cap.minor) +
+                " device cannot run them: rebuild with CAKEMOE_PORTABLE_PTX=ON (the default)");
+      }
+    }
     launch->path = CudaPath::kPortable;
     fill_portable(impl, launch->portable);
     launch->portable.pdl = cap.major >= 9 ? 1 : 0;  // griddepcontrol: SM90 and later

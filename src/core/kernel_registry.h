@@ -25,6 +25,11 @@ struct KernelUnit {
 /// Every unit of this build (empty without CUDA).
 const std::vector<const KernelUnit*>& kernel_units();
 
+/// True when `unit` also carries compute_80 PTX (CAKEMOE_PORTABLE_PTX builds: the StepFun units
+/// and the BGMV portable pair), so a device of compute capability >= 8.0 without native code in
+/// this build (anything but 9.0, 10.0 and 10.3) can run it from the driver's JIT.
+bool kernel_unit_has_ptx(const KernelUnit& unit);
+
 /// The unit for (pipeline, stage, variant, size): an exact `size` match is preferred over a
 /// size-0 ("any") unit; a "sm90a" unit is only returned when `sm90` is true and is preferred
 /// there. nullptr when none.

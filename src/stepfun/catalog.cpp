@@ -87,6 +87,8 @@ const KernelUnit* find_unit(Stage stage, Family family, int tile, Arch arch) {
         "stepfun", stage_name(stage), stage_has_family(stage) ? family_name(family) : "", tile,
         arch == Arch::kSm90);
     if (!u) return nullptr;
+    // Devices without native code in this build run a unit only from its compute_80 PTX.
+    if (arch == Arch::kPortable && !core::kernel_unit_has_ptx(*u)) return nullptr;
     slot = std::make_unique<KernelUnit>(KernelUnit{stage, family, tile, arch, u->name});
   }
   return slot.get();

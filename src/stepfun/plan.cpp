@@ -71,7 +71,9 @@ Plan default_plan(const ProblemDesc& problem) {
   if (plans.empty()) {
     throw Unsupported("family", std::string("no kernel units for family ") +
                                     family_name(problem.family) +
-                                    " on this device in the tile ladder 8..256");
+                                    " on this device in the tile ladder 8..256 (devices other "
+                                    "than SM90 / SM100 / SM103 need a CAKEMOE_PORTABLE_PTX=ON "
+                                    "build, the default)");
   }
   return plans.front();
 }

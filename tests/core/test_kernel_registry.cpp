@@ -1,0 +1,68 @@
+// The kernel catalog's compute_80 PTX bookkeeping (CAKEMOE_PORTABLE_PTX, cmake/cakemoe_kernels.cmake):
+// the units that carry PTX must be exactly the ones the planners hand to devices without native
+// code (every StepFun unit, the BGMV portable pair), judged by the catalog's own fields rather
+// than by the file-name pattern CMake uses.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/kernel_registry.h"
+#include "stepfun/catalog.h"
+#include "stepfun/families.h"
+
+namespace cakemoe {
+namespace {
+
+bool runs_on_other_devices(const core::KernelUnit& u) {
+  if (std::strcmp(u.pipeline, "stepfun") == 0) return true;
+  return std::strcmp(u.pipeline, "bgmv") == 0 && std::strncmp(u.stage, "portable_", 9) == 0;
+}
+
+bool build_has_ptx() {
+  for (const core::KernelUnit* u : core::kernel_units()) {
+    if (core::kernel_unit_has_ptx(*u)) return true;
+  }
+  return false;
+}
+
+TEST(KernelRegistry, PtxUnitsAreTheOnesOtherDevicesRun) {
+  if (core::kernel_units().empty()) GTEST_SKIP() << "no CUDA kernel units in this build";
+  if (!build_has_ptx()) GTEST_SKIP() << "built with CAKEMOE_PORTABLE_PTX=OFF";
+  int with_ptx = 0;
+  for (const core::KernelUnit* u : core::kernel_units()) {
+    EXPECT_EQ(core::kernel_unit_has_ptx(*u), runs_on_other_devices(*u)) << u->name;
+    with_ptx += core::kernel_unit_has_ptx(*u) ? 1 : 0;
+  }
+  EXPECT_GE(with_ptx, 2) << "at least the BGMV portable pair";
+}
+
+// StepFun's planner finds a unit for a device without native code (Arch::kPortable) exactly where
+// it finds one for SM90 (every StepFun unit carries PTX in such a build).
+TEST(KernelRegistry, StepFunPortableArchFindsTheSm90Units) {
+  if (core::kernel_units().empty()) GTEST_SKIP() << "no CUDA kernel units in this build";
+  if (!build_has_ptx()) GTEST_SKIP() << "built with CAKEMOE_PORTABLE_PTX=OFF";
+  using stepfun::Arch;
+  using stepfun::Stage;
+  int found = 0;
+  for (const Stage stage : {Stage::kRouting, Stage::kFc1, Stage::kRequant, Stage::kFc2,
+                            Stage::kFinalize}) {
+    for (const stepfun::Family family : stepfun::kAllFamilies) {
+      for (const int tile : stepfun::tile_ladder()) {
+        const stepfun::KernelUnit* sm90 = stepfun::find_unit(stage, family, tile, Arch::kSm90);
+        const stepfun::KernelUnit* other =
+            stepfun::find_unit(stage, family, tile, Arch::kPortable);
+        EXPECT_EQ(sm90 != nullptr, other != nullptr)
+            << stepfun::stage_name(stage) << " " << stepfun::family_name(family) << " " << tile;
+        if (sm90 != nullptr && other != nullptr) {
+          EXPECT_EQ(sm90->name, other->name);
+          ++found;
+        }
+      }
+    }
+  }
+  EXPECT_GT(found, 0);
+}
+
+}  // namespace
+}  // namespace cakemoe
