@@ -338,7 +338,8 @@ void setup_cuda_plan(BgmvPlan::Impl& impl, Arch arch) {
         core::require_supported(
             core::kernel_unit_has_ptx(unit_or_throw(stage, "", arch)), "device",
             "this build has no compute_80 PTX for the portable BGMV kernels, so a compute "
-            "capability " + std::to_string(cap.major) + "." + std::to_string(cap.minor) +
+            "capability " +
+                std::to_string(cap.major) + "." + std::to_string(cap.minor) +
                 " device cannot run them: rebuild with CAKEMOE_PORTABLE_PTX=ON (the default)");
       }
     }

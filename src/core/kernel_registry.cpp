@@ -34,7 +34,8 @@ bool kernel_unit_has_ptx(const KernelUnit& unit) {
 #include "cakemoe_generated/kernel_units_ptx.inc"
 #undef CAKEMOE_PTX_UNIT
 #endif
-      nullptr};
+    nullptr
+  };
   for (const char* const* n = names; *n != nullptr; ++n) {
     if (std::strcmp(*n, unit.name) == 0) return true;
   }

@@ -1,7 +1,7 @@
-// The kernel catalog's compute_80 PTX bookkeeping (CAKEMOE_PORTABLE_PTX, cmake/cakemoe_kernels.cmake):
-// the units that carry PTX must be exactly the ones the planners hand to devices without native
-// code (every StepFun unit, the BGMV portable pair), judged by the catalog's own fields rather
-// than by the file-name pattern CMake uses.
+// The kernel catalog's compute_80 PTX bookkeeping (CAKEMOE_PORTABLE_PTX,
+// cmake/cakemoe_kernels.cmake): the units that carry PTX must be exactly the ones the planners hand
+// to devices without native code (every StepFun unit, the BGMV portable pair), judged by the
+// catalog's own fields rather than by the file-name pattern CMake uses.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -45,13 +45,12 @@ TEST(KernelRegistry, StepFunPortableArchFindsTheSm90Units) {
   using stepfun::Arch;
   using stepfun::Stage;
   int found = 0;
-  for (const Stage stage : {Stage::kRouting, Stage::kFc1, Stage::kRequant, Stage::kFc2,
-                            Stage::kFinalize}) {
+  for (const Stage stage :
+       {Stage::kRouting, Stage::kFc1, Stage::kRequant, Stage::kFc2, Stage::kFinalize}) {
     for (const stepfun::Family family : stepfun::kAllFamilies) {
       for (const int tile : stepfun::tile_ladder()) {
         const stepfun::KernelUnit* sm90 = stepfun::find_unit(stage, family, tile, Arch::kSm90);
-        const stepfun::KernelUnit* other =
-            stepfun::find_unit(stage, family, tile, Arch::kPortable);
+        const stepfun::KernelUnit* other = stepfun::find_unit(stage, family, tile, Arch::kPortable);
         EXPECT_EQ(sm90 != nullptr, other != nullptr)
             << stepfun::stage_name(stage) << " " << stepfun::family_name(family) << " " << tile;
         if (sm90 != nullptr && other != nullptr) {
