@@ -22,8 +22,9 @@ endfunction()
 # Kernel units: every src/**/inst/*.cu (and src/core/*.cu) is one catalog entry. The file name
 # says its arch: `sm90_*` units are Hopper-only (sm_90a); all others are portable (sm_90a,
 # sm_100a, sm_103a), and those matching CAKEMOE_PTX_UNITS_REGEX also carry compute_80 PTX for
-# other devices (CAKEMOE_PORTABLE_PTX). With CAKEMOE_KERNELS=ci only units whose name does not contain `_all_` are
-# compiled, which keeps the 2-core CI build short; the GPU script builds with CAKEMOE_KERNELS=all.
+# other devices (CAKEMOE_PORTABLE_PTX). With CAKEMOE_KERNELS=ci only units whose name does not
+# contain `_all_` are compiled, which keeps the 2-core CI build short; the GPU script builds with
+# CAKEMOE_KERNELS=all.
 function(cakemoe_add_kernel_units target)
   file(GLOB_RECURSE _units CONFIGURE_DEPENDS
        ${PROJECT_SOURCE_DIR}/src/*/inst/*.cu ${PROJECT_SOURCE_DIR}/src/core/*.cu)

@@ -311,7 +311,7 @@ CAKEMOE_DEVICE void shrink_part(const GroupedParams& p, const uint4* stage_tid,
       for (int i = 0; i < kN; ++i) x_now[i] = x_next[i];
       if (!x_staged && t + 1 < t1) fetch_x(t + 1);
       const auto load_x = [&](int i, float* out) {
-        if (kStage == 2 && x_staged) {
+        if (x_staged) {
           dev::unpack8<!kBf16>(staged[(kRankTile + i) * kShrinkThreads], out);
         } else {
           dev::unpack8<!kBf16>(x_now[i], out);

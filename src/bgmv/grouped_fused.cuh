@@ -71,7 +71,9 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
                 stage);
   if (tid < routes) spair[tid] = route_pair(p, w.sorted_routes[first + tid]);
 
-  // ---- shrink, rank block q (grouped_shrink_kernel's order) ----
+  // ---- shrink, rank block q (grouped_shrink_kernel's order and its stage-1 layout) ----
+  const int ktiles = static_cast<int>((h + kShrinkTileK - 1) / kShrinkTileK);
+  const int tiles_per_split = (ktiles + p.splits - 1) / p.splits;
   for (int part = 0; part < routes; part += kGroupShrinkPart) {
     const int n = min(kGroupShrinkPart, routes - part);
     const uint16_t* xs[kGroupShrinkPart];
@@ -80,7 +82,10 @@ __global__ void __launch_bounds__(kShrinkThreads, 4) grouped_fused_kernel(Groupe
       // NOTE: from sorted_routes, not spair: no barrier yet.
       xs[i] = route_x_row(p, w.sorted_routes[first + part + min(i, n - 1)], h);
     }
-    const float total = shrink_staged_part<kBf16>(p, stage, n, xs, part == 0, red);
+    // NOTE: part 0 waits for each k tile's cp.async group of stage_a_block (nothing is
+    // committed after it).
+    const float total = shrink_part_n<kBf16, 1>(n, p, stage + tid, nullptr, xs, part == 0, ktiles,
+                                                tiles_per_split, red);
     if (tid < n * kRankTile) {
       const int i = tid / kRankTile, r = tid % kRankTile;
       const uint16_t bits = narrow<kBf16>(total);

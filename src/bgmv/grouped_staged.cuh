@@ -1,6 +1,6 @@
 // The shrink half of the fused grouped stage (grouped_fused.cuh), kept apart from its cluster and
 // expand code: A's 8 x H rank block staged in shared memory with grouped_shrink_kernel's stage-1
-// layout, and one part's rows in its canonical per-route order (spec bgmv §3.2).
+// layout (a part's rows then come from shrink_part_n over it, spec bgmv §3.2's order).
 #pragma once
 
 #include <cstdint>
@@ -30,20 +30,6 @@ CAKEMOE_DEVICE void stage_a_block(const GroupedParams& p, const uint16_t* a_rows
     }
     dev::cp_async_commit();
   }
-}
-
-/// One part of n <= 4 routes (x rows at xs[0 .. n)) against the staged block: grouped_shrink_
-/// kernel's shrink_part (its stage-1 layout). `wait_a`: wait for each k tile's cp.async group
-/// first (the first part after stage_a_block, with nothing committed after it). Returns the
-/// part's total for thread i * 8 + r < 8 n (every thread calls it: add_split_sums has barriers).
-template <bool kBf16>
-CAKEMOE_DEVICE float shrink_staged_part(const GroupedParams& p, const uint4* stage, int n,
-                                        const uint16_t* const (&xs)[kGroupShrinkPart], bool wait_a,
-                                        SplitSums& red) {
-  const int ktiles = static_cast<int>((p.hidden + kShrinkTileK - 1) / kShrinkTileK);
-  const int tiles_per_split = (ktiles + p.splits - 1) / p.splits;
-  return shrink_part_n<kBf16, 1>(n, p, stage + threadIdx.x, nullptr, xs, wait_a, ktiles,
-                                 tiles_per_split, red);
 }
 
 }  // namespace grouped
