@@ -71,6 +71,11 @@ def _signature(t):
     return (iface["data"][0], tuple(t.shape), tuple(t.strides))
 
 
+def _dtype_name(t):
+    """numpy-style dtype name of a torch tensor or numpy array ("bfloat16", "float32", ...)."""
+    return str(t.dtype).replace("torch.", "")
+
+
 def _empty_like_framework(ref, shape, dtype_name):
     if _is_torch(ref):
         import torch
@@ -216,7 +221,7 @@ def prepare_bgmv_moe(
         y_accum = _empty_like_framework(x, (int(x.shape[0]), width), "float32")
     if shrink_out is None and _shapes_known(x, lora_a_weights) and hasattr(sorted_token_ids, "shape"):
         shape = (len(lora_a_weights), int(sorted_token_ids.shape[0]), int(lora_a_weights[0].shape[2]))
-        shrink_out = _empty_like_framework(x, shape, str(x.dtype).replace("torch.", ""))
+        shrink_out = _empty_like_framework(x, shape, _dtype_name(x))
     bound = {
         "x": x,
         "sorted_token_ids": sorted_token_ids,
@@ -233,8 +238,7 @@ def prepare_bgmv_moe(
     if y_accum is not None:
         bound["y_accum"] = y_accum
     ex = _exportable
-    context = _device_context(x)
-    with context:
+    with _device_context(x):
         core = _cakemoe.prepare_bgmv_moe(
             ex(x),
             [ex(t) for t in lora_a_weights],
@@ -262,7 +266,7 @@ def _shapes_known(x, weights):
             len(x.shape) == 2
             and len(weights) > 0
             and all(len(w.shape) == 4 for w in weights)
-            and str(x.dtype).replace("torch.", "") in ("bfloat16", "float16")
+            and _dtype_name(x) in ("bfloat16", "float16")
         )
     except (AttributeError, TypeError):
         return False
