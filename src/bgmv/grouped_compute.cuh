@@ -48,15 +48,12 @@ CAKEMOE_DEVICE void cp_async_wait_upto(int pending) {
   }
 }
 
-/// One k tile of the shrink for the first kN routes of a part: acc[i][r] += x_i . a_r over this
+/// One k tile of the shrink for the first kN routes of a part: acc[i][r] += xv[i] . a_r over this
 /// thread's 8 elements in ascending order (spec §3.2). kN is compile-time so the loads and FMAs of
 /// the whole tile schedule freely (no per-route branch).
-template <int kN, typename LoadX, typename LoadA>
-CAKEMOE_DEVICE void shrink_tile(const LoadX& load_x, const LoadA& load_a,
+template <int kN, typename LoadA>
+CAKEMOE_DEVICE void shrink_tile(const float (&xv)[kN][8], const LoadA& load_a,
                                 float (&acc)[kGroupShrinkPart][kRankTile]) {
-  float xv[kN][8];
-#pragma unroll
-  for (int i = 0; i < kN; ++i) load_x(i, xv[i]);
 #pragma unroll
   for (int r = 0; r < kRankTile; ++r) {
     float av[8];
@@ -301,22 +298,25 @@ CAKEMOE_DEVICE void shrink_part(const GroupedParams& p, const uint4* stage_tid,
     if (!x_staged && t0 < t1) fetch_x(t0);
     for (int t = t0; t < t1; ++t) {
       const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
-      if (k0 >= h) continue;  // only in the last tile: nothing to fetch after it
       const uint4* staged = stage_tid + static_cast<int64_t>(t) * kRows * kShrinkThreads;
       if constexpr (kStage >= 1) {
         if (part0) cp_async_wait_upto(tiles - 1 - t);
       }
-      uint4 x_now[kN];
+      // NOTE: this tile's x vectors are widened before the next tile's fetch, and both happen on
+      // every path (a thread past H in the last tile skips only the FMAs): with a kept copy of
+      // the vectors and a branch around the fetch ptxas moved them twice per k tile (~32 moves
+      // in an issue-bound loop) and spilled; now once, at the back edge (sm_90a, 4 routes: 470
+      // -> 450 instructions per k tile, no spill).
+      float xv[kN][8];
 #pragma unroll
-      for (int i = 0; i < kN; ++i) x_now[i] = x_next[i];
-      if (!x_staged && t + 1 < t1) fetch_x(t + 1);
-      const auto load_x = [&](int i, float* out) {
+      for (int i = 0; i < kN; ++i) {
         if (x_staged) {
-          dev::unpack8<!kBf16>(staged[(kRankTile + i) * kShrinkThreads], out);
+          dev::unpack8<!kBf16>(staged[(kRankTile + i) * kShrinkThreads], xv[i]);
         } else {
-          dev::unpack8<!kBf16>(x_now[i], out);
+          dev::unpack8<!kBf16>(x_next[i], xv[i]);
         }
-      };
+      }
+      if (!x_staged) fetch_x(min(t + 1, t1 - 1));  // the last tile refetches its own (unused)
       const auto load_a = [&](int r, float* out) {
         if constexpr (kStage >= 1) {
           dev::unpack8<!kBf16>(staged[r * kShrinkThreads], out);
@@ -324,7 +324,7 @@ CAKEMOE_DEVICE void shrink_part(const GroupedParams& p, const uint4* stage_tid,
           load8<kBf16>(a_global + r * h + k0, out);
         }
       };
-      shrink_tile<kN>(load_x, load_a, acc);
+      if (k0 < h) shrink_tile<kN>(xv, load_a, acc);
     }
     add_split_sums(kN, acc, red, total);
   }
