@@ -169,9 +169,9 @@ int grouped_expand_mma_from_env(int64_t rank) {
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
   GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
-                                         s.num_loras * s.num_experts, s.rank);
-  geo.stage = grouped_runtime_stage(geo.stage, geo.two_kernel_stage,
-                                    grouped_stage_from_env(s.num_pairs, s.hidden, s.rank), arch);
+                                         s.num_loras * s.num_experts);
+  geo.stage =
+      grouped_runtime_stage(geo.stage, grouped_stage_from_env(s.num_pairs, s.hidden, s.rank), arch);
   const GroupedWorkspace gw =
       grouped_workspace(s.num_pairs, s.num_tokens, s.num_loras, s.num_experts, s.hidden);
   impl.group_workspace = device_zeros({gw.int_words}, DType::kInt32, s.device);

@@ -74,8 +74,6 @@ constexpr int64_t kGroupStageAMaxBytes = 112 * 1024;  // A alone: H <= 7168
 // the first part's x (bench/results/2026-11-29_*_bgmv-grouped-stage.md: 2-5 % at k 6 / 8, T >=
 // 1024; A and x win by 1-3 % at 2-4 routes per bin).
 constexpr int64_t kGroupStageAMinRoutesPerBin = 6;
-// The fused stage by default only where 4 CTAs fit per SM (bench/NOTES.md, session 5).
-constexpr int64_t kGroupFusedDefaultMaxBytes = 48 * 1024;
 constexpr int64_t kGroupAlignPadWords = 3;      // tile_info starts 16-byte aligned
 constexpr int64_t kGroupTileRowWords = 64 / 2;  // tile_rows: rank <= 64 16-bit values
 
@@ -390,7 +388,7 @@ RouteIndexLayout route_index_layout(int64_t num_tokens) {
 }
 
 GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override,
-                                 int64_t bins, int64_t rank) {
+                                 int64_t bins) {
   GroupedGeometry g;
   // NOTE: the one-CTA index's shared memory (bins + 1 + 2 P + T ints, T counted up to 16384) is
   // at most 208 KB for bins <= 4096 and P <= 16384, so only P limits it.
@@ -408,21 +406,12 @@ GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_ov
   } else if (kRankTile * row_bytes <= kGroupStageAMaxBytes) {
     g.stage = 1;
   }
-  g.two_kernel_stage = g.stage;
-  // NOTE: rank 64 left the fused stage in session 16: its two-kernel form with the tensor-core
-  // expand measured 0.78-0.95 of the fused stage on the H200 (bench/NOTES.md).
-  if (rank == 16 &&
-      grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedDefaultMaxBytes) {
-    g.stage = 4;
-  }
   return g;
 }
 
-int grouped_runtime_stage(int chosen, int two_kernel, int forced, Arch arch) {
-  int stage = chosen == 4 && arch != Arch::kSm90a ? two_kernel : chosen;
-  if (forced >= 0) stage = forced;
+int grouped_runtime_stage(int chosen, int forced, Arch arch) {
   const bool clusters = arch == Arch::kSm90a || is_blackwell(arch);
-  return stage == 4 && !clusters ? two_kernel : stage;
+  return forced < 0 || (forced == 4 && !clusters) ? chosen : forced;
 }
 
 GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,

@@ -121,28 +121,24 @@ RouteIndexLayout route_index_layout(int64_t num_tokens);
 
 /// How the grouped pipeline runs on the GPU (cakemoe's choice, docs/decisions/bgmv-gpu-runtime.md):
 /// the one-CTA index (P <= 16384) or hist -> scan -> scatter, and what the grouped shrink stages
-/// in shared memory (0 nothing, 1 A's 8 x H block, 2 A and the first part's x rows), or 4: the
-/// fused shrink + expand (clusters; the runtime keeps it on SM90 only, where it was measured, and
-/// allows it forced on SM90 and later).
+/// in shared memory (0 nothing, 1 A's 8 x H block, 2 A and the first part's x rows). Stage 4, the
+/// fused shrink + expand (clusters), is never picked: only forced (grouped_runtime_stage).
 struct GroupedGeometry {
   bool fused_index = false;
   int stage = 0;
-  int two_kernel_stage = 0;  ///< the staging form (0-2) that a fused stage 4 replaces
 };
 /// `index_override` 0 / 1 forces hist -> scan -> scatter / the one-CTA index (tests, benches);
 /// -1 picks. InvalidArgument("grouped_index") when the one-CTA index is forced past 16384 pairs.
 /// `bins` (L * E; 0 = unknown) picks the staging form where both fit: A alone (stage 1, 4 CTAs per
 /// SM) from 6 routes per bin on, A and x (stage 2, 3 CTAs per SM) below (H200 measurements).
-/// `rank` (0 = unknown: two-kernel forms only) picks the fused stage 4 at ranks 16 and 64 where
-/// its staging keeps 4 CTAs per SM (H <= 3072; H200: 2-8 % faster there, 0-5 % slower at rank 32).
+/// The fused stage 4 was the default at rank 16 up to H 3072 until session 18, when the two-kernel
+/// forms measured 0.92-1.00 of it on all 20 such rows of the H200 table (bench/NOTES.md).
 GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override = -1,
-                                 int64_t bins = 0, int64_t rank = 0);
-/// The grouped form the CUDA runtime launches on `arch`: `chosen` (grouped_geometry's stage),
-/// unless it is the fused stage 4 and `arch` is not SM90 (the only place it was measured), then
-/// `two_kernel` (its two_kernel_stage); `forced` (>= 0: an A/B switch's
-/// stage, already capped to what fits H) replaces it, except stage 4 where clusters are missing
-/// (before SM90).
-int grouped_runtime_stage(int chosen, int two_kernel, int forced, Arch arch);
+                                 int64_t bins = 0);
+/// The grouped form the CUDA runtime launches on `arch`: `chosen` (grouped_geometry's stage), or
+/// `forced` (>= 0: an A/B switch's stage, already capped to what fits H), except the fused stage 4
+/// where clusters are missing (before SM90).
+int grouped_runtime_stage(int chosen, int forced, Arch arch);
 
 /// spec §5 grouped workspace: int32 words (with cakemoe's tile_info, see grouped_launch.h) and the
 /// fp32 per-route partials [P, H].

@@ -122,8 +122,8 @@ TEST(BgmvGroupedGpu, UnpackedRoutesBitwiseVsCpu) {
   check_rows_under("CAKEMOE_BGMV_GROUPED_STAGE", "4", {rows[1]}, seed, {1});
 }
 
-// The fused shrink + expand (stage 4, forced here by CAKEMOE_BGMV_GROUPED_STAGE=4; the default at
-// rank 16 up to H 3072): the same rows and y bits,
+// The fused shrink + expand (stage 4, forced by CAKEMOE_BGMV_GROUPED_STAGE=4; the default at
+// rank 16 up to H 3072 until session 18): the same rows and y bits,
 // across cluster sizes (ranks 8-64), part counts (k 20: > 4 routes per tile; 64 routes per bin:
 // several tiles per bin), splits (P 32 at H 4096), column blocks that are not multiples of 8
 // (H 2112 at rank 64: 264; H 744 at rank 32: 186; H 40 at rank 64: 5) and both dtypes.
@@ -151,26 +151,26 @@ TEST(BgmvGroupedGpu, FusedShrinkExpandBitwiseVsCpu) {
   check_rows_under("CAKEMOE_BGMV_FUSED_COLS", "2", {rows[4], rows[5]}, 5360, {1});
 }
 
-// The plan reports the fused stage where it runs: by default at rank 16 up to H 3072
-// (the lent H200 is SM90), not at rank 32, and never on the CPU backend.
+// The plan reports the fused stage where it runs: only when forced (CAKEMOE_BGMV_GROUPED_STAGE=4;
+// rank 16 up to H 3072 was its default until session 18), and never on the CPU backend.
 TEST(BgmvGroupedGpu, FusedStageIsReported) {
   CAKEMOE_REQUIRE_GPU();
-  const GroupedRow fused_row = {3072, 16, 256, 2, 2, 32, DType::kBF16, PairOrder::kTokenMajor};
-  const GroupedRow two_kernel_row = {3072, 32, 256, 2, 2, 32, DType::kBF16,
-                                     PairOrder::kTokenMajor};
-  GpuCase fused_case(bgmv_test::make_case(grouped_spec(fused_row, 5501)));
-  EXPECT_TRUE(prepare_grouped(fused_case, 1).grouped_fused());
+  const GroupedRow rank16_row = {3072, 16, 256, 2, 2, 32, DType::kBF16, PairOrder::kTokenMajor};
+  const GroupedRow rank32_row = {3072, 32, 256, 2, 2, 32, DType::kBF16, PairOrder::kTokenMajor};
+  GpuCase rank16_case(bgmv_test::make_case(grouped_spec(rank16_row, 5501)));
+  GpuCase rank32_case(bgmv_test::make_case(grouped_spec(rank32_row, 5502)));
+  EXPECT_FALSE(prepare_grouped(rank16_case, 1).grouped_fused());
+  EXPECT_FALSE(prepare_grouped(rank32_case, 1).grouped_fused());
+  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "4");
+  EXPECT_TRUE(prepare_grouped(rank16_case, 1).grouped_fused());
+  EXPECT_TRUE(prepare_grouped(rank32_case, 1).grouped_fused());
   BgmvOptions cpu_options;
   cpu_options.grouped = true;
-  EXPECT_FALSE(fused_case.prepare_cpu(cpu_options).grouped_fused());
-  GpuCase two_kernel_case(bgmv_test::make_case(grouped_spec(two_kernel_row, 5502)));
-  EXPECT_FALSE(prepare_grouped(two_kernel_case, 1).grouped_fused());
-  const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "4");
-  EXPECT_TRUE(prepare_grouped(two_kernel_case, 1).grouped_fused());
+  EXPECT_FALSE(rank16_case.prepare_cpu(cpu_options).grouped_fused());
 }
 
 // Which expand a grouped plan runs: tensor cores by default at ranks 32 and 64 (two-kernel: rank
-// 64 left the fused stage with it), the SIMT expand at rank 16 (fused up to H 3072) and when
+// 64 left the fused stage with it), the SIMT expand at rank 16 and when
 // CAKEMOE_BGMV_EXPAND_MMA=0; never on the CPU engine.
 TEST(BgmvGroupedGpu, GroupedMmaIsReported) {
   CAKEMOE_REQUIRE_GPU();
@@ -192,7 +192,7 @@ TEST(BgmvGroupedGpu, GroupedMmaIsReported) {
   EXPECT_FALSE(prepare_grouped(r32, 1).grouped_mma());
 }
 
-// The two-kernel forms at rank 16 (where the fused stage is the default up to H 3072) and 64.
+// The two-kernel forms at ranks 16 and 64 (the fused stage's default ranks until sessions 18 / 16).
 TEST(BgmvGroupedGpu, TwoKernelFormsAtFusedRanks) {
   CAKEMOE_REQUIRE_GPU();
   const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "2");
