@@ -13,7 +13,8 @@
 # AB_BENCH_ARGS (e.g. --quick) goes to every bench run. AB_NCU_SECTIONS (default "SpeedOfLight
 # Occupancy") names ncu's sections. AB_NCU_CACHE=none: ncu keeps the caches
 # between kernels (what one stage leaves in L2 for the next; default: flushed before each).
-# Files in OUTDIR: summary.txt, bench_old.log, bench_new.log, bench_stage<S>.log, bench_env<i>.log,
+# summary.txt also compares the tables by plan kind (scripts/bgmv_table_compare.py): new / old, and
+# each AB_ENVS table / new. Files in OUTDIR: summary.txt, bench_old.log, bench_new.log, bench_stage<S>.log, bench_env<i>.log,
 # ncu_<i>.txt, tests.log (at most 8 come back: keep AB_STAGES, AB_ENVS and AB_NCU_SHAPES short). Build logs stay in
 # build-ab-{new,old}.log (their tails go to summary.txt on failure).
 set -uo pipefail
@@ -57,12 +58,19 @@ for s in ${AB_STAGES:-}; do
   CAKEMOE_BGMV_GROUPED_STAGE=$s timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} \
     >"$out/bench_stage$s.log" 2>&1
 done
+compare="$CAKEMOE_ROOT/scripts/bgmv_table_compare.py"
+if [[ "$old" != "-" ]]; then
+  { echo "new / old by plan kind (rows that moved > 4 % listed):"
+    python3 "$compare" "$out/bench_old.log" "$out/bench_new.log" --rows=4; } >>"$summary"
+fi
 e=0
 for assignment in ${AB_ENVS:-}; do  # NAME=VALUE: the new bench again with that switch
   e=$((e + 1))
   echo "$assignment" >"$out/bench_env$e.log"
   # shellcheck disable=SC2086
   env ${assignment//,/ } timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} >>"$out/bench_env$e.log" 2>&1
+  { echo "$assignment / new:"; python3 "$compare" "$out/bench_new.log" "$out/bench_env$e.log"; } \
+    >>"$summary"
 done
 i=0
 ncu_sections=""

@@ -16,7 +16,10 @@
 # `bench_bgmv --timeline=ROW` for each row into timeline.log: per-CTA event stamps of the row's
 # Cake and portable per-route kernels (bench/bench_bgmv_timeline.cuh).
 #
-# --sweep: the table again under each switch set, all into sweep.log ("==== SET" before each).
+# --sweep: the table again under each switch set, all into sweep.log ("==== SET" before each),
+# each compared with the default table by plan kind in summary.txt (scripts/bgmv_table_compare.py;
+# rows that moved > 4 % listed). --sweep=defaults: every BGMV A/B switch one way (re-measures the
+# plan's defaults, e.g. after a kernel change: session 18 found the fused stage behind that way).
 # --ncu-source: per entry, the first launch matching KERNEL_REGEX in that table row (bench_bgmv
 # --rows: the row's Cake plan, then its portable plan, e.g. 'portable_expand@3072,16,1,8,8')
 # under ncu's full set with source counters, the details page and the per-instruction SASS view
@@ -65,6 +68,8 @@ budget="${CAKEMOE_GPU_CHECK_BUDGET:-540}"
 export CAKEMOE_WITH_CUDA=ON
 cakemoe_cuda_path
 summary="$out/summary.txt"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
 {
   echo "date:   $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "commit: ${CAKEMOE_COMMIT:-unknown (set CAKEMOE_COMMIT)}"
@@ -119,10 +124,26 @@ if ((bench_on)); then
   step bench "$out/bench.log" 90 "$bench" --reps=30
   step stages "$out/stages.log" 60 "$bench" --stages --reps=30
 fi
+if [[ "$sweep" == defaults ]]; then  # every on-by-default or picked A/B switch, one way each
+  sweep="CAKEMOE_BGMV_GROUPED_STAGE=1 CAKEMOE_BGMV_GROUPED_STAGE=2 CAKEMOE_BGMV_GROUPED_STAGE=4
+    CAKEMOE_BGMV_EXPAND_MMA=0 CAKEMOE_BGMV_EXPAND_MMA=1 CAKEMOE_BGMV_EXPAND_TILES=1
+    CAKEMOE_BGMV_EXPAND_TILES=4 CAKEMOE_BGMV_EXPAND_COLS=1 CAKEMOE_BGMV_EXPAND_COLS=2
+    CAKEMOE_BGMV_L2_HINTS=0 CAKEMOE_BGMV_TILE_MAJOR=0 CAKEMOE_BGMV_PACKED_ROUTES=0
+    CAKEMOE_BGMV_INDEX_SMEM_SCATTER=0 CAKEMOE_BGMV_PREWAIT=0 CAKEMOE_BGMV_PDL=0 CAKEMOE_BGMV_PDL=1
+    CAKEMOE_BGMV_PDL=2 CAKEMOE_BGMV_SCHEDULE=0 CAKEMOE_BGMV_SCHEDULE=1 CAKEMOE_BGMV_SCHEDULE=2
+    CAKEMOE_BGMV_VARIANT=generic"
+fi
 for assignment in $sweep; do  # NAME=VALUE[,NAME=VALUE]: the table under that switch set
   echo "==== $assignment" >>"$out/sweep.log"
   # shellcheck disable=SC2086
   step "sweep $assignment" "$out/sweep.log" 60 env ${assignment//,/ } "$bench" --reps=30
+  if [[ -f "$out/bench.log" ]]; then  # this set's table against the default one, by plan kind
+    awk -v set="==== $assignment" '$0 == set {on = 1; next} /^==== / {on = 0} on' \
+      "$out/sweep.log" >"$tmp/sweep_table.log"
+    { echo "sweep $assignment / default:"
+      python3 "$CAKEMOE_ROOT/scripts/bgmv_table_compare.py" "$out/bench.log" \
+        "$tmp/sweep_table.log" --rows=4; } >>"$summary"
+  fi
 done
 if [[ -n "$timeline" ]]; then
   tl_build="${build}-timeline"
