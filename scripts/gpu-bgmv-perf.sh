@@ -134,12 +134,11 @@ if [[ "$sweep" == defaults ]]; then  # every on-by-default or picked A/B switch,
     CAKEMOE_BGMV_VARIANT=generic"
 fi
 for assignment in $sweep; do  # NAME=VALUE[,NAME=VALUE]: the table under that switch set
-  echo "==== $assignment" >>"$out/sweep.log"
+  : >"$tmp/sweep_table.log"
   # shellcheck disable=SC2086
-  step "sweep $assignment" "$out/sweep.log" 60 env ${assignment//,/ } "$bench" --reps=30
+  step "sweep $assignment" "$tmp/sweep_table.log" 60 env ${assignment//,/ } "$bench" --reps=30
+  { echo "==== $assignment"; cat "$tmp/sweep_table.log"; } >>"$out/sweep.log"
   if [[ -f "$out/bench.log" ]]; then  # this set's table against the default one, by plan kind
-    awk -v set="==== $assignment" '$0 == set {on = 1; next} /^==== / {on = 0} on' \
-      "$out/sweep.log" >"$tmp/sweep_table.log"
     { echo "sweep $assignment / default:"
       python3 "$CAKEMOE_ROOT/scripts/bgmv_table_compare.py" "$out/bench.log" \
         "$tmp/sweep_table.log" --rows=4; } >>"$summary"

@@ -210,6 +210,8 @@ TEST(BgmvPlanWorkspaces, GroupedGeometry) {
   EXPECT_FALSE(grouped_geometry(2048, 3072, 0).fused_index);
   EXPECT_TRUE(grouped_geometry(64, 3072, 1).fused_index);
   EXPECT_THROW(grouped_geometry(16385, 3072, 1), InvalidArgument);
+  EXPECT_EQ(grouped_geometry(2048, 2688, -1, 512).stage, 2);
+  EXPECT_EQ(grouped_geometry(2048, 3080, -1, 512).stage, 2);  // 4 k tiles: (8 + 4) x 8 KB
   // The fused stage 4 is never picked (session 18: the two-kernel forms measured 0.92-1.00 of it
   // where it had been the default); the runtime runs it forced where clusters exist.
   EXPECT_EQ(grouped_runtime_stage(2, -1, Arch::kSm90a), 2);
