@@ -68,15 +68,14 @@ struct TableBuffers {
 };
 
 /// A plan's label in the tables: backend, variant and schedule, pipeline, shrink form and splits,
-/// PDL mode (e.g. "cake grouped-fused f0s1 pdl0", "cake spec s1 pdl0").
+/// PDL mode (e.g. "cake grouped f4s1 pdl0", "cake spec s1 pdl0").
 std::string plan_label(const bgmv::BgmvPlan& plan) {
   const auto launch = plan.shrink_launch();
   return plan.backend_used() +
          (plan.variant() == "specialized"
               ? " spec s" + std::to_string(plan.schedule_id().value_or(-1))
               : "") +
-         (plan.grouped() ? (plan.grouped_fused() ? " grouped-fused" : " grouped") : "") +
-         (plan.order_remap() ? " remap" : "") +
+         (plan.grouped() ? " grouped" : "") + (plan.order_remap() ? " remap" : "") +
          (launch ? " f" + std::to_string(launch->form) + "s" + std::to_string(launch->splits)
                  : "") +
          " pdl" + std::to_string(plan.pdl_mode());

@@ -3,8 +3,7 @@
 
     scripts/bgmv_table_compare.py BASE.log OTHER.log [--rows=PCT]
 
-Rows are grouped by the plan kind of the base table (grouped two-kernel by rank, grouped-fused,
-per-route at T <= 8, per-route above, specialized); each group prints its row count and the
+Rows are grouped by the plan kind of the base table (grouped by rank, per-route at T <= 8, per-route above, specialized); each group prints its row count and the
 geomean and range of OTHER / BASE. --rows=PCT also lists every row that moved by more than PCT %.
 Lines that are not table rows (headers, the summary) are ignored, so whole bench logs work.
 """
@@ -28,8 +27,6 @@ def load(path):
 
 def kind(shape, label):
     rank, tokens = shape[1], shape[2]
-    if "grouped-fused" in label:
-        return f"grouped-fused r{rank}"
     if "grouped" in label:
         return f"grouped r{rank}"
     if "spec" in label:

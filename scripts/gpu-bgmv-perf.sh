@@ -125,7 +125,7 @@ if ((bench_on)); then
   step stages "$out/stages.log" 60 "$bench" --stages --reps=30
 fi
 if [[ "$sweep" == defaults ]]; then  # every on-by-default or picked A/B switch, one way each
-  sweep="CAKEMOE_BGMV_GROUPED_STAGE=1 CAKEMOE_BGMV_GROUPED_STAGE=2 CAKEMOE_BGMV_GROUPED_STAGE=4
+  sweep="CAKEMOE_BGMV_GROUPED_STAGE=0 CAKEMOE_BGMV_GROUPED_STAGE=1 CAKEMOE_BGMV_GROUPED_STAGE=2
     CAKEMOE_BGMV_EXPAND_MMA=0 CAKEMOE_BGMV_EXPAND_MMA=1 CAKEMOE_BGMV_EXPAND_TILES=1
     CAKEMOE_BGMV_EXPAND_TILES=4 CAKEMOE_BGMV_EXPAND_COLS=1 CAKEMOE_BGMV_EXPAND_COLS=2
     CAKEMOE_BGMV_L2_HINTS=0 CAKEMOE_BGMV_TILE_MAJOR=0 CAKEMOE_BGMV_PACKED_ROUTES=0
@@ -167,7 +167,7 @@ if ((ncu_on)) && command -v ncu >/dev/null 2>&1; then
     echo "shape $shape (default plan first, then the forced pipelines of --variants)" \
       >"$out/ncu_$i.txt"
     step "ncu $shape" "$out/ncu_$i.txt" 90 ncu --clock-control none --graph-profiling node \
-      --kernel-name regex:'group|cake|fused' --launch-count 6 --section SpeedOfLight \
+      --kernel-name regex:'group|cake' --launch-count 6 --section SpeedOfLight \
       --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
       --section WarpStateStats --metrics dram__bytes_read.sum,dram__bytes_write.sum \
       "$bench" --variants --shape="$shape" --reps=1

@@ -50,10 +50,6 @@ class BgmvPlan {
   std::optional<ShrinkLaunch> shrink_launch() const;
   bool grouped() const;
   bool order_remap() const;
-  /// The grouped pipeline runs its fused shrink + expand kernel (CUDA, SM90 and later; only when
-  /// forced by CAKEMOE_BGMV_GROUPED_STAGE=4 since the two-kernel forms outran it,
-  /// docs/decisions/bgmv-gpu-runtime.md). False when not grouped.
-  bool grouped_fused() const;
   /// The grouped pipeline's expand runs on tensor cores (CUDA, ranks 32 and 64 by default): its
   /// per-route partials equal the canonical order's within fp32 rounding, not bit for bit, so y
   /// is within 1e-5 of the CPU engine's (spec §3.2 holds grouped to that); replays stay bitwise

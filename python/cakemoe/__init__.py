@@ -168,7 +168,6 @@ class BgmvPlan:
     variant = property(lambda self: self._core.variant, doc='"generic" | "specialized" | "portable"')
     shrink_launch = property(lambda self: self._core.shrink_launch, doc="(form, splits) or None")
     grouped = property(lambda self: self._core.grouped)
-    grouped_fused = property(lambda self: self._core.grouped_fused)
     grouped_mma = property(
         lambda self: self._core.grouped_mma,
         doc="grouped expand on tensor cores: y within 1e-5 of the CPU engine, not bit for bit",

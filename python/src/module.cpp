@@ -161,7 +161,6 @@ NB_MODULE(_cakemoe, m) {
                      return std::make_pair(launch->form, launch->splits);
                    })
       .def_prop_ro("grouped", &bgmv::BgmvPlan::grouped)
-      .def_prop_ro("grouped_fused", &bgmv::BgmvPlan::grouped_fused)
       .def_prop_ro("grouped_mma", &bgmv::BgmvPlan::grouped_mma)
       .def_prop_ro("order_remap", &bgmv::BgmvPlan::order_remap)
       .def_prop_ro("pdl_mode", &bgmv::BgmvPlan::pdl_mode)

@@ -100,20 +100,12 @@ int digit_from_env(const char* name, const char* allowed) {
   return env[0] - '0';
 }
 
-// CAKEMOE_BGMV_GROUPED_STAGE=0|1|2|4 replaces the grouped shrink's form (A/B runs of the
-// benchmark; the bits do not depend on it); -1 without it (and for 3, the deleted ring). 1 and 2
-// are capped at the largest staging that fits H (their shared memory grows with it), capped at
-// the two-kernel choice; 4, the fused shrink + expand, is ignored where its staging passes
-// kGroupFusedMaxSmemBytes (and, by grouped_runtime_stage, before SM90).
-int grouped_stage_from_env(int64_t num_pairs, int64_t hidden, int64_t rank) {
-  const int forced = digit_from_env("CAKEMOE_BGMV_GROUPED_STAGE", "01234");
-  if (forced < 0 || forced == 3) return -1;
-  if (forced == 4) {
-    return grouped_fused_smem_bytes(hidden, static_cast<int>(rank)) <= kGroupFusedMaxSmemBytes
-               ? 4
-               : -1;
-  }
-  return std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
+// CAKEMOE_BGMV_GROUPED_STAGE=0|1|2 replaces the grouped shrink's form (A/B runs of the
+// benchmark; the bits do not depend on it), capped at the largest staging that fits H (the
+// shared memory of 1 and 2 grows with it); `chosen` without it.
+int grouped_stage_from_env(int chosen, int64_t num_pairs, int64_t hidden) {
+  const int forced = digit_from_env("CAKEMOE_BGMV_GROUPED_STAGE", "012");
+  return forced < 0 ? chosen : std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
 }
 
 // An on-by-default A/B switch (the bits do not depend on it): 0 when `name` is "0", else 1.
@@ -170,8 +162,7 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
   GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
                                          s.num_loras * s.num_experts);
-  geo.stage =
-      grouped_runtime_stage(geo.stage, grouped_stage_from_env(s.num_pairs, s.hidden, s.rank), arch);
+  geo.stage = grouped_stage_from_env(geo.stage, s.num_pairs, s.hidden);
   const GroupedWorkspace gw =
       grouped_workspace(s.num_pairs, s.num_tokens, s.num_loras, s.num_experts, s.hidden);
   impl.group_workspace = device_zeros({gw.int_words}, DType::kInt32, s.device);
@@ -201,19 +192,11 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.max_tiles = static_cast<int>(gw.max_tiles);
   g.fused_index = geo.fused_index ? 1 : 0;
   g.stage = geo.stage;
-  impl.grouped_fused = geo.stage == 4;
   g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
   g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
   g.expand_cols = grouped_expand_cols_from_env(s.rank, g.expand_tiles, s.num_pairs, s.dtype);
-  // NOTE: the fused stage has its own expand half: expand_mma is 0 there, so the field and the
-  // plan's report say the same.
-  g.expand_mma = g.stage != 4 ? grouped_expand_mma_from_env(s.rank) : 0;
+  g.expand_mma = grouped_expand_mma_from_env(s.rank);
   impl.grouped_mma = g.expand_mma != 0;
-  // CAKEMOE_BGMV_FUSED_COLS=1: one column per step in the fused stage's expand half (A/B runs).
-  // At rank 64 (a column pair per thread pair) only with CAKEMOE_BGMV_FUSED_COLS=2 (H200 session
-  // 15: 1.01-1.02 on every fused rank-64 row).
-  const int fused_forced = digit_from_env("CAKEMOE_BGMV_FUSED_COLS", "12");
-  g.fused_cols = fused_forced == 1 || (s.rank == 64 && fused_forced != 2) ? 1 : 2;
   g.last_stage = impl.grouped_last_stage;
   g.l2_hints = switch_from_env("CAKEMOE_BGMV_L2_HINTS");
   g.shrink_tile_major = switch_from_env("CAKEMOE_BGMV_TILE_MAJOR");

@@ -101,23 +101,20 @@ CAKEMOE_DEVICE float route_partial(const float* row, const float (&b)[kRank]) {
   return out[0];
 }
 
-/// Two columns of an expand block, lc and lc + `col1_offset`, for `n` routes (expand_cols /
-/// fused_cols 2): both B rows unpacked from `stage` (grouped_expand_slot order; `slot_col1` is
-/// the column whose slots are read for the second, so a block without it can name an in-bounds
-/// one), then per route both partials from one read of the shrink row; the second is stored only
-/// if `second`. `c`: lc's column in H. kUnroll 2: the route loop unrolled by 2; else the
-/// compiler's choice.
-template <bool kBf16, int kRank, int kUnroll>
+/// Two columns of an expand block, lc and lc + `col1_offset`, for `n` routes (expand_cols 2):
+/// both B rows unpacked from `stage` (grouped_expand_slot order; the second column's slots are
+/// in bounds even past the block's last column), then per route both partials from one read of
+/// the shrink row; the second is stored only if `second`. `c`: lc's column in H.
+template <bool kBf16, int kRank>
 CAKEMOE_DEVICE void expand_two_columns(const GroupedParams& p, const uint4* stage, int lc,
-                                       int slot_col1, int col1_offset, bool second,
-                                       const float (*rows)[kRank], const int* pairs, int n,
-                                       int64_t c, uint64_t policy) {
+                                       int col1_offset, bool second, const float (*rows)[kRank],
+                                       const int* pairs, int n, int64_t c, uint64_t policy) {
   constexpr int kGroups = kRank / 8;
   float b[2][kRank];
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
     dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc, g)], b[0] + 8 * g);
-    dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(slot_col1, g)], b[1] + 8 * g);
+    dev::unpack8<!kBf16>(stage[grouped_expand_slot<kGroups>(lc + col1_offset, g)], b[1] + 8 * g);
   }
   const auto route = [&](int i) {
     float out[2];
@@ -126,12 +123,7 @@ CAKEMOE_DEVICE void expand_two_columns(const GroupedParams& p, const uint4* stag
     dev::st_global_hint(dst, out[0], policy);
     if (second) dev::st_global_hint(dst + col1_offset, out[1], policy);
   };
-  if constexpr (kUnroll == 2) {
-#pragma unroll 2
-    for (int i = 0; i < n; ++i) route(i);
-  } else {
-    for (int i = 0; i < n; ++i) route(i);
-  }
+  for (int i = 0; i < n; ++i) route(i);
 }
 
 /// Threads of a grouped-expand CTA: one per column, or with two columns per thread (kCols 2)
@@ -565,9 +557,8 @@ __global__ void __launch_bounds__(grouped_expand_threads(kRank, kCols),
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       if (info[j].y == 0) continue;
-      expand_two_columns<kBf16, kRank, 1>(p, bstage + j * kTileVectors, tid, tid + kThreads,
-                                          kThreads, second, srow[j], spair[j], info[j].y, c,
-                                          partial_policy);
+      expand_two_columns<kBf16, kRank>(p, bstage + j * kTileVectors, tid, kThreads, second, srow[j],
+                                       spair[j], info[j].y, c, partial_policy);
     }
   } else {
 #pragma unroll

@@ -42,8 +42,8 @@ struct GroupedParams {
   int max_tiles = 1;
   int fused_index = 0;  ///< 1: one-CTA index kernel
   /// grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows (3, a persistent ring,
-  /// was deleted in session 7: never chosen, never faster); 4 the fused
-  /// shrink + expand (one kernel for both stages, grouped_fused.cuh)
+  /// was deleted in session 7; 4, a fused shrink + expand in clusters, in session 19: neither was
+  /// faster once the two-kernel forms had caught up, bench/NOTES.md)
   int stage = 0;
   int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
   int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
@@ -56,11 +56,6 @@ struct GroupedParams {
   /// CAKEMOE_BGMV_EXPAND_MMA=1): partials within fp32 rounding of the canonical order, not equal
   /// to it bit for bit.
   int expand_mma = 0;
-  /// Columns per thread per step of the fused stage's expand half at ranks <= 32: 2 (lc and
-  /// lc + 128), or 1 (CAKEMOE_BGMV_FUSED_COLS=1, A/B runs); at rank 64, 2 (forced only: 1.01-1.02
-  /// on the H200's fused rank-64 rows, session 15) gives a column pair to a thread pair
-  /// (expand_pair_partial). The bits do not depend on it.
-  int fused_cols = 2;
   /// 1: L2 eviction hints (A and B read evict-first, the partials written evict-last so the
   /// combine finds them in L2); 0: plain accesses (CAKEMOE_BGMV_L2_HINTS=0, A/B runs).
   int l2_hints = 1;
@@ -148,16 +143,6 @@ constexpr int grouped_expand_slot(int c, int g) {
 constexpr int64_t grouped_stage_row_bytes(int64_t hidden) {
   return (hidden + kGroupShrinkTileK - 1) / kGroupShrinkTileK * kGroupShrinkTileK * 2;
 }
-/// Fused shrink + expand (stage 4, grouped_fused.cuh): a cluster of R / 8 CTAs per tile; CTA q
-/// stages A's rank block q (8 rows of whole k tiles) in dynamic shared memory, then B's column
-/// block q (ceil(H / (R / 8)) columns x R) over it.
-constexpr int64_t grouped_fused_smem_bytes(int64_t hidden, int rank) {
-  const int64_t a = kGroupRankTile * grouped_stage_row_bytes(hidden);
-  const int64_t b = (hidden + rank / kGroupRankTile - 1) / (rank / kGroupRankTile) * rank * 2;
-  return a > b ? a : b;
-}
-/// Its cap (the static part, <= 5 KB, stays under the SM90 227 KB block limit).
-constexpr int64_t kGroupFusedMaxSmemBytes = 200 * 1024;
 constexpr int kOrderBuildThreads = 1024;
 constexpr int kOrderBuildMaxPairs = 4096;
 

@@ -13,7 +13,6 @@
 
 #include "bgmv/grouped_compute.cuh"
 #include "bgmv/grouped_expand_mma.cuh"
-#include "bgmv/grouped_fused.cuh"
 #include "cakemoe/errors.h"
 #include "core/cuda_check.h"
 
@@ -34,7 +33,7 @@ inline void launch_stage(void (*kernel)(GroupedParams), dim3 grid, int threads, 
   dev::launch_pdl(kernel, grid, dim3(threads), smem, stream, dependent, p);
 }
 
-/// The last stage after either expand form (two-kernel or fused): the combine, unless the bench
+/// The last stage after either expand form (SIMT or tensor cores): the combine, unless the bench
 /// cut the plan before it (last_stage < 3).
 inline void launch_combine(const GroupedParams& p, cudaStream_t stream) {
   if (p.last_stage < 3) return;
@@ -110,41 +109,6 @@ void with_rank(int rank, F&& f) {
   }
 }
 
-/// Stage 4: the fused shrink + expand (clusters of R / 8 CTAs, one per tile), then the combine.
-template <bool kBf16, int kRank>
-void launch_fused(const GroupedParams& p, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(grouped_fused_smem_bytes(p.hidden, kRank));
-  if (static_cast<int64_t>(smem) > kGroupFusedMaxSmemBytes) {
-    throw InvalidArgument("hidden",
-                          "the fused grouped stage stages A's 8 x H block and B's "
-                          "H / (R / 8) columns in at most 200 KB of shared memory; H " +
-                              std::to_string(p.hidden) + " needs " + std::to_string(smem) +
-                              " bytes");
-  }
-  const auto kernel = grouped_fused_kernel<kBf16, kRank>;
-  CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-  constexpr unsigned kCluster = kRank / kRankTile;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(p.max_tiles) * kCluster);
-  config.blockDim = dim3(kShrinkThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[2] = {};
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = kCluster;
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = p.pdl != 0 ? 2 : 1;
-  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, p);
-  if (status != cudaSuccess) (void)cudaGetLastError();
-  CAKEMOE_CUDA_CHECK(status);
-  launch_combine(p, stream);
-}
-
 template <bool kBf16>
 void launch_grouped(const GroupedParams& p, void* stream_handle) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
@@ -178,10 +142,6 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
                  stream, p);
   }
   if (p.last_stage < 1) return;
-  if (p.stage == 4) {
-    with_rank(p.rank, [&](auto rank) { launch_fused<kBf16, decltype(rank)::value>(p, stream); });
-    return;
-  }
   const dim3 shrink_grid = p.shrink_tile_major != 0
                               ? dim3(static_cast<unsigned>(p.max_tiles * (p.rank / kRankTile)))
                               : dim3(p.max_tiles, p.rank / kRankTile);
@@ -200,8 +160,7 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
       break;
     default:
       throw InvalidArgument("stage",
-                            "the grouped shrink stages 0, 1, 2 or 4 (fused), got " +
-                                std::to_string(p.stage));
+                            "the grouped shrink stages 0, 1 or 2, got " + std::to_string(p.stage));
   }
   if (p.last_stage < 2) return;
   with_rank(p.rank,

@@ -78,10 +78,10 @@ constexpr int64_t kGroupAlignPadWords = 3;      // tile_info starts 16-byte alig
 constexpr int64_t kGroupTileRowWords = 64 / 2;  // tile_rows: rank <= 64 16-bit values
 
 // cakemoe's SM90 grouped crossover (H200 measurements, bench/NOTES.md). Session 7 (`bench_bgmv
-// --variants`, after the fused grouped stage and the staged contiguous pair): rank 64 grouped
-// wins from P 1024 at T >= 128 (T 256 k 6 / 8 0.69-0.82x, T 512 k 2 0.89-0.97x, T 128 k 8
-// 0.87-0.96x of per-route; T 128 k 6 and T 256 k 2 lose); rank 16 per-route wins at P 1024
-// (T 512 k 2, 0.97-1.00x of grouped) and grouped from P 1536 (T 256 k 6).
+// --variants`, after the (since deleted) fused grouped stage and the staged contiguous pair): rank
+// 64 grouped wins from P 1024 at T >= 128 (T 256 k 6 / 8 0.69-0.82x, T 512 k 2 0.89-0.97x, T 128 k
+// 8 0.87-0.96x of per-route; T 128 k 6 and T 256 k 2 lose); rank 16 per-route wins at P 1024 (T 512
+// k 2, 0.97-1.00x of grouped) and grouped from P 1536 (T 256 k 6).
 constexpr int64_t kGroupedSm90MinPairs = 1024;
 constexpr int64_t kGroupedSm90MinTokens = 256;
 constexpr int64_t kGroupedSm90MinPairsRank16 = 1536;
@@ -407,11 +407,6 @@ GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_ov
     g.stage = 1;
   }
   return g;
-}
-
-int grouped_runtime_stage(int chosen, int forced, Arch arch) {
-  const bool clusters = arch == Arch::kSm90a || is_blackwell(arch);
-  return forced < 0 || (forced == 4 && !clusters) ? chosen : forced;
 }
 
 GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,

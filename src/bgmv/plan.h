@@ -121,8 +121,7 @@ RouteIndexLayout route_index_layout(int64_t num_tokens);
 
 /// How the grouped pipeline runs on the GPU (cakemoe's choice, docs/decisions/bgmv-gpu-runtime.md):
 /// the one-CTA index (P <= 16384) or hist -> scan -> scatter, and what the grouped shrink stages
-/// in shared memory (0 nothing, 1 A's 8 x H block, 2 A and the first part's x rows). Stage 4, the
-/// fused shrink + expand (clusters), is never picked: only forced (grouped_runtime_stage).
+/// in shared memory (0 nothing, 1 A's 8 x H block, 2 A and the first part's x rows).
 struct GroupedGeometry {
   bool fused_index = false;
   int stage = 0;
@@ -131,14 +130,8 @@ struct GroupedGeometry {
 /// -1 picks. InvalidArgument("grouped_index") when the one-CTA index is forced past 16384 pairs.
 /// `bins` (L * E; 0 = unknown) picks the staging form where both fit: A alone (stage 1, 4 CTAs per
 /// SM) from 6 routes per bin on, A and x (stage 2, 3 CTAs per SM) below (H200 measurements).
-/// The fused stage 4 was the default at rank 16 up to H 3072 until session 18, when the two-kernel
-/// forms measured 0.92-1.00 of it on all 20 such rows of the H200 table (bench/NOTES.md).
 GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override = -1,
                                  int64_t bins = 0);
-/// The grouped form the CUDA runtime launches on `arch`: `chosen` (grouped_geometry's stage), or
-/// `forced` (>= 0: an A/B switch's stage, already capped to what fits H), except the fused stage 4
-/// where clusters are missing (before SM90).
-int grouped_runtime_stage(int chosen, int forced, Arch arch);
 
 /// spec §5 grouped workspace: int32 words (with cakemoe's tile_info, see grouped_launch.h) and the
 /// fp32 per-route partials [P, H].

@@ -132,7 +132,6 @@ std::optional<ShrinkLaunch> BgmvPlan::shrink_launch() const {
 }
 bool BgmvPlan::grouped() const { return checked(impl_).choice.grouped; }
 bool BgmvPlan::order_remap() const { return checked(impl_).choice.order_remap; }
-bool BgmvPlan::grouped_fused() const { return checked(impl_).grouped_fused; }
 bool BgmvPlan::grouped_mma() const { return checked(impl_).grouped_mma; }
 int BgmvPlan::pdl_mode() const { return checked(impl_).choice.pdl_mode; }
 std::optional<int> BgmvPlan::schedule_id() const { return checked(impl_).choice.schedule_id; }

@@ -41,7 +41,6 @@ class BgmvPlan::Impl {
   Tensor group_workspace, group_partials, order_workspace;
   int grouped_index_override = -1;  ///< PrepareInternals::grouped_index
   int grouped_last_stage = 3;       ///< PrepareInternals::grouped_last_stage
-  bool grouped_fused = false;       ///< the CUDA grouped pipeline's stage 4 (set by its setup)
   bool grouped_mma = false;         ///< its two-kernel expand on tensor cores (set by its setup)
   unsigned long long* timeline_shrink = nullptr;  ///< PrepareInternals::timeline_shrink
   unsigned long long* timeline_expand = nullptr;  ///< PrepareInternals::timeline_expand

@@ -212,14 +212,6 @@ TEST(BgmvPlanWorkspaces, GroupedGeometry) {
   EXPECT_THROW(grouped_geometry(16385, 3072, 1), InvalidArgument);
   EXPECT_EQ(grouped_geometry(2048, 2688, -1, 512).stage, 2);
   EXPECT_EQ(grouped_geometry(2048, 3080, -1, 512).stage, 2);  // 4 k tiles: (8 + 4) x 8 KB
-  // The fused stage 4 is never picked (session 18: the two-kernel forms measured 0.92-1.00 of it
-  // where it had been the default); the runtime runs it forced where clusters exist.
-  EXPECT_EQ(grouped_runtime_stage(2, -1, Arch::kSm90a), 2);
-  EXPECT_EQ(grouped_runtime_stage(1, 4, Arch::kSm90a), 4);
-  EXPECT_EQ(grouped_runtime_stage(2, 4, Arch::kSm103a), 4);
-  EXPECT_EQ(grouped_runtime_stage(2, 4, Arch::kOther), 2);
-  EXPECT_EQ(grouped_runtime_stage(2, 1, Arch::kSm90a), 1);
-  EXPECT_EQ(grouped_runtime_stage(2, 0, Arch::kOther), 0);
 }
 
 TEST(BgmvPlanWorkspaces, RouteIndexAndGroupedSizes) {
@@ -266,18 +258,6 @@ void expect_expand_slots_permute_and_spread() {
       EXPECT_EQ(banks, 0xFF) << "kGroups " << kGroups << " columns " << c0 << ".. vector " << g;
     }
   }
-}
-
-// The fused stage's shared memory: A's 8 x H block (whole k tiles), then B's ceil(H / (R / 8))
-// columns x R over it: the larger of 16 x 1024 ceil(H / 1024) and about 16 H bytes.
-TEST(BgmvPlanWorkspaces, GroupedFusedSharedBytes) {
-  EXPECT_EQ(grouped_fused_smem_bytes(3072, 32), 48 * 1024);
-  EXPECT_EQ(grouped_fused_smem_bytes(2688, 16), 48 * 1024);  // B: 1344 x 16 x 2 = 42 KB
-  EXPECT_EQ(grouped_fused_smem_bytes(1024, 64), 16 * 1024);
-  EXPECT_EQ(grouped_fused_smem_bytes(1032, 64), 32 * 1024);  // 2 k tiles; B: 129 x 64 x 2
-  EXPECT_EQ(grouped_fused_smem_bytes(40, 64), 16 * 1024);
-  EXPECT_EQ(grouped_fused_smem_bytes(7176, 8), 128 * 1024);   // 8 k tiles; B: 7176 x 8 x 2
-  EXPECT_EQ(grouped_fused_smem_bytes(12288, 8), 192 * 1024);  // A and B both 192 KB
 }
 
 TEST(BgmvPlanWorkspaces, GroupedExpandSharedLayout) {
