@@ -116,8 +116,10 @@ ctest_detail() {  # the "N% tests passed, F tests failed out of T" line, shorten
 # ---- Machine facts ----------------------------------------------------------------------------
 {
   echo "date:    $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  commit="$(git -C "$CAKEMOE_ROOT" rev-parse --short=12 HEAD 2>/dev/null || true)"
-  echo "commit:  ${commit:-${CAKEMOE_COMMIT:-unknown (no .git; set CAKEMOE_COMMIT)}}"
+  # NOTE: CAKEMOE_COMMIT first: the device tool's copy carries the working tree beside a .git
+  # whose HEAD can lag it (session 19: HEAD 95aaa65 under the tree of 29add04).
+  commit="${CAKEMOE_COMMIT:-$(git -C "$CAKEMOE_ROOT" rev-parse --short=12 HEAD 2>/dev/null || true)}"
+  echo "commit:  ${commit:-unknown (no .git; set CAKEMOE_COMMIT)}"
   echo "gpu:     $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm \
                    --format=csv,noheader 2>/dev/null | head -n1 || echo none)"
   echo "nvcc:    $(nvcc --version 2>/dev/null | grep -o 'release [^,]*, V[0-9.]*' || echo none)"
