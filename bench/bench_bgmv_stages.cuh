@@ -305,6 +305,8 @@ void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_
   for (const StageRow& r : rows) print_stage(r);
 }
 
+void run_redundant_cluster_graphs(Bench& bench);  // bench_bgmv_decode_skeleton.cuh
+
 /// The decode handoff in two kernels with a PDL edge against one kernel with a spin (plain and
 /// with the cooperative launch attribute, which guarantees the co-residency the spin needs).
 void run_handoff_graphs(Bench& bench) {
@@ -388,6 +390,7 @@ void run_empty_graphs(Bench& bench) {
   });
   print_stage({"empty graph, 2k PDL", bench.time_graph(g.get())});
   run_handoff_graphs(bench);
+  run_redundant_cluster_graphs(bench);
 }
 
 /// --stages: the representative rows of bench/NOTES.md (L 8, E 128) and the 4-LoRA vLLM rows
@@ -415,3 +418,5 @@ int run_stage_mode(Bench& bench) {
 
 }  // namespace
 }  // namespace cakemoe
+
+#include "bench_bgmv_decode_skeleton.cuh"  // NOTE: last: it uses GraphExec and print_stage
