@@ -11,8 +11,10 @@
 #include <string>
 #include <type_traits>
 
-#include "bgmv/grouped_compute.cuh"
+#include "bgmv/grouped_combine.cuh"
+#include "bgmv/grouped_expand.cuh"
 #include "bgmv/grouped_expand_mma.cuh"
+#include "bgmv/grouped_shrink.cuh"
 #include "cakemoe/errors.h"
 #include "core/cuda_check.h"
 
