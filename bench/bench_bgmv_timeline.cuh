@@ -160,9 +160,7 @@ int run_timeline_mode(Bench& bench, const std::string& row) {
                 (long long)s.tokens, (long long)s.top_k, (long long)s.loras, (long long)s.experts,
                 plan_label(plan).c_str(), us, one);
     if (t0 == ~0ull) {
-      std::printf(
-          "  no stamps (specialized shrink or multi-kernel index: "
-          "not instrumented)\n");
+      std::printf("  no stamps (specialized shrink or multi-kernel index: not instrumented)\n");
       continue;
     }
     const bool grouped = plan.grouped();

@@ -3,8 +3,9 @@
 
     scripts/bgmv_table_compare.py BASE.log OTHER.log [--rows=PCT]
 
-Rows are grouped by the plan kind of the base table (grouped by rank, per-route at T <= 8, per-route above, specialized); each group prints its row count and the
-geomean and range of OTHER / BASE. --rows=PCT also lists every row that moved by more than PCT %.
+Rows are grouped by the plan kind of the base table (grouped by rank, per-route at T <= 8,
+per-route above, specialized); each group prints its row count and the geomean and range of
+OTHER / BASE. --rows=PCT also lists every row that moved by more than PCT %.
 Lines that are not table rows (headers, the summary) are ignored, so whole bench logs work.
 """
 import math

@@ -14,9 +14,10 @@
 # Occupancy") names ncu's sections. AB_NCU_CACHE=none: ncu keeps the caches
 # between kernels (what one stage leaves in L2 for the next; default: flushed before each).
 # summary.txt also compares the tables by plan kind (scripts/bgmv_table_compare.py): new / old, and
-# each AB_ENVS table / new. Files in OUTDIR: summary.txt, bench_old.log, bench_new.log, bench_stage<S>.log, bench_env<i>.log,
-# ncu_<i>.txt, tests.log (at most 8 come back: keep AB_STAGES, AB_ENVS and AB_NCU_SHAPES short). Build logs stay in
-# build-ab-{new,old}.log (their tails go to summary.txt on failure).
+# each AB_ENVS table / new. Files in OUTDIR: summary.txt, bench_old.log, bench_new.log,
+# bench_stage<S>.log, bench_env<i>.log, ncu_<i>.txt, tests.log (at most 8 come back: keep
+# AB_STAGES, AB_ENVS and AB_NCU_SHAPES short). Build logs stay in build-ab-{new,old}.log (their
+# tails go to summary.txt on failure).
 set -uo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

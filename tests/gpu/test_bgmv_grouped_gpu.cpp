@@ -159,8 +159,8 @@ TEST(BgmvGroupedGpu, GroupedMmaIsReported) {
   EXPECT_FALSE(prepare_grouped(r32, 1).grouped_mma());
 }
 
-// The two-kernel forms at ranks 16 and 64 (the fused stage's default ranks until sessions 18 / 16).
-TEST(BgmvGroupedGpu, TwoKernelFormsAtFusedRanks) {
+// Stage 2 (A and x staged) forced at ranks 16 and 64.
+TEST(BgmvGroupedGpu, StageTwoAtRanks16And64) {
   CAKEMOE_REQUIRE_GPU();
   const testbed::ScopedEnv stage_env("CAKEMOE_BGMV_GROUPED_STAGE", "2");
   const GroupedRow rows[] = {{2688, 16, 300, 8, 4, 64, DType::kFP16, PairOrder::kExpertSorted},
