@@ -15,7 +15,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_util.h"
 #include "formats/layouts.h"
-#include "gpu/cuda_timing.h"
+#include "testbed/gpu/cuda_timing.h"
 #include "reference/stepfun/tables.h"
 #include "stepfun/families.h"
 
