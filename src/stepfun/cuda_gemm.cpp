@@ -84,8 +84,7 @@ CudaEnqueue bind_cuda_fc1(const Fc1Args& a, const GemmDims& dims) {
   p.hidden = dims.hidden;
   p.intermediate = dims.intermediate;
   p.num_experts = dims.num_local_experts;
-  const auto launch = reinterpret_cast<Fc1Launcher>(const_cast<void*>(unit.launch));
-  return [p, launch](Stream stream) { launch(p, stream); };
+  return reinterpret_cast<Fc1Binder>(const_cast<void*>(unit.launch))(p);
 }
 
 CudaEnqueue bind_cuda_fc2(const Fc2Args& a, const GemmDims& dims) {
@@ -111,8 +110,7 @@ CudaEnqueue bind_cuda_fc2(const Fc2Args& a, const GemmDims& dims) {
   p.hidden = dims.hidden;
   p.intermediate = dims.intermediate;
   p.num_experts = dims.num_local_experts;
-  const auto launch = reinterpret_cast<Fc2Launcher>(const_cast<void*>(unit.launch));
-  return [p, launch](Stream stream) { launch(p, stream); };
+  return reinterpret_cast<Fc2Binder>(const_cast<void*>(unit.launch))(p);
 }
 
 }  // namespace stepfun

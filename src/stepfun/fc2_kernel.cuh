@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, 2) fc2_kernel(const Fc2Params p) {
 }
 
 #if defined(__CUDACC__)
-/// The launcher of a family (Fc2Launcher): grid (max_ctas token tiles, ceil(H/128) column blocks).
+/// Launches the family's kernel: grid (max_ctas token tiles, ceil(H/128) column blocks).
 template <Family F>
 void launch_fc2(const Fc2Params& p, Stream stream) {
   const dim3 grid(static_cast<unsigned>(p.tables.max_ctas),
@@ -83,6 +83,12 @@ void launch_fc2(const Fc2Params& p, Stream stream) {
     default: fc2_kernel<F, 8><<<grid, kThreads, 0, s>>>(p); break;
   }
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
+}
+
+/// The family's binder (Fc2Binder): captures the params; the closure launches.
+template <Family F>
+GemmEnqueue bind_fc2(const Fc2Params& p) {
+  return [p](Stream stream) { launch_fc2<F>(p, stream); };
 }
 #endif  // __CUDACC__: launches need nvcc
 

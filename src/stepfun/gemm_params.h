@@ -1,9 +1,10 @@
-// Launch parameters of the CUDA FC1 / FC2 kernel units (spec stepfun §5, §7.1) and the launcher
-// signatures they register: core::KernelUnit::launch of a "stepfun" "fc1" unit is an Fc1Launcher,
-// of an "fc2" unit an Fc2Launcher. Plain C++ (read by the host binders in cuda_gemm.cpp).
+// Launch parameters of the CUDA FC1 / FC2 kernel units (spec stepfun §5, §7.1) and the binder
+// signatures they register: core::KernelUnit::launch of a "stepfun" "fc1" unit is an Fc1Binder,
+// of an "fc2" unit an Fc2Binder. Plain C++ (read by the host binders in cuda_gemm.cpp).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "cakemoe/stepfun.h"
 
@@ -56,10 +57,14 @@ struct Fc2Params {
   int64_t num_experts = 0;
 };
 
-/// Enqueue one FC1 / FC2 launch on `stream` (no allocation, no host synchronisation); throw
-/// CudaError when the launch is rejected.
-using Fc1Launcher = void (*)(const Fc1Params& params, Stream stream);
-using Fc2Launcher = void (*)(const Fc2Params& params, Stream stream);
+/// Enqueues one bound FC1 / FC2 launch on a stream (no allocation, no host synchronisation,
+/// graph-capturable); throws CudaError when the launch is rejected.
+using GemmEnqueue = std::function<void(Stream)>;
+
+/// What a "stepfun" "fc1" / "fc2" unit registers (core::KernelUnit::launch): binds validated
+/// params once (prepare time: tensor maps, kernel attributes) and returns the enqueue closure.
+using Fc1Binder = GemmEnqueue (*)(const Fc1Params& params);
+using Fc2Binder = GemmEnqueue (*)(const Fc2Params& params);
 
 }  // namespace stepfun
 }  // namespace cakemoe

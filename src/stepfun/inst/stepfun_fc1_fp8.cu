@@ -6,4 +6,4 @@ namespace sfk = cakemoe::stepfun::gemm_kernels;
 using cakemoe::stepfun::Family;
 
 CAKEMOE_KERNEL_UNIT(stepfun_fc1_fp8, "stepfun", "fc1", "fp8", 0, "portable",
-                    &sfk::launch_fc1<Family::kFP8>)
+                    &sfk::bind_fc1<Family::kFP8>)

@@ -6,4 +6,4 @@ namespace sfk = cakemoe::stepfun::gemm_kernels;
 using cakemoe::stepfun::Family;
 
 CAKEMOE_KERNEL_UNIT(stepfun_fc1_nvfp4_bf16tok, "stepfun", "fc1", "nvfp4_bf16tok", 0, "portable",
-                    &sfk::launch_fc1<Family::kNVFP4BF16Tok>)
+                    &sfk::bind_fc1<Family::kNVFP4BF16Tok>)

@@ -6,4 +6,4 @@ namespace sfk = cakemoe::stepfun::gemm_kernels;
 using cakemoe::stepfun::Family;
 
 CAKEMOE_KERNEL_UNIT(stepfun_fc2_bf16, "stepfun", "fc2", "bf16", 0, "portable",
-                    &sfk::launch_fc2<Family::kBF16>)
+                    &sfk::bind_fc2<Family::kBF16>)

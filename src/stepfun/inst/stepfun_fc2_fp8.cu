@@ -6,4 +6,4 @@ namespace sfk = cakemoe::stepfun::gemm_kernels;
 using cakemoe::stepfun::Family;
 
 CAKEMOE_KERNEL_UNIT(stepfun_fc2_fp8, "stepfun", "fc2", "fp8", 0, "portable",
-                    &sfk::launch_fc2<Family::kFP8>)
+                    &sfk::bind_fc2<Family::kFP8>)

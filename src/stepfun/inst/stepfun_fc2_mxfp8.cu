@@ -6,4 +6,4 @@ namespace sfk = cakemoe::stepfun::gemm_kernels;
 using cakemoe::stepfun::Family;
 
 CAKEMOE_KERNEL_UNIT(stepfun_fc2_mxfp8, "stepfun", "fc2", "mxfp8", 0, "portable",
-                    &sfk::launch_fc2<Family::kMXFP8>)
+                    &sfk::bind_fc2<Family::kMXFP8>)

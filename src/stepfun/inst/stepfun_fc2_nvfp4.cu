@@ -6,4 +6,4 @@ namespace sfk = cakemoe::stepfun::gemm_kernels;
 using cakemoe::stepfun::Family;
 
 CAKEMOE_KERNEL_UNIT(stepfun_fc2_nvfp4, "stepfun", "fc2", "nvfp4", 0, "portable",
-                    &sfk::launch_fc2<Family::kNVFP4>)
+                    &sfk::bind_fc2<Family::kNVFP4>)

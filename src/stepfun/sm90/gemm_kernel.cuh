@@ -1,0 +1,188 @@
+// The sm90 FC1 / FC2 kernel (spec stepfun §5, §7.1) and its binder. One CTA = one routing tile x
+// one 128-row weight block; 384 threads: warpgroup 0 produces (warp 0 lane 0 issues the weight
+// TMA, warps 1..3 gather token rows), warpgroups 1 and 2 each multiply 64 weight rows by the
+// tile's tokens with wgmma (mainloop_ss.cuh) and run the stage's epilogue (epilogue.cuh).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <type_traits>
+
+#include "core/cuda_check.h"
+#include "stepfun/sm90/epilogue.cuh"
+#include "stepfun/sm90/mainloop_ss.cuh"
+#include "stepfun/sm90/params.h"
+#include "stepfun/sm90/tile_config.h"
+#include "stepfun/sm90/tile_scheduler.cuh"
+
+namespace cakemoe {
+namespace stepfun {
+namespace sm90 {
+
+/// The problem as the main loop sees it, from a stage's params.
+struct GemmShape {
+  const uint8_t* tokens;  ///< token rows (FC1: hidden_states [T, H]; FC2: input [rows, I])
+  int64_t token_row_bytes;
+  int64_t weight_rows;  ///< rows of one expert's weights (FC1 2I, FC2 H)
+  int num_k;            ///< stages of 128 bytes of K
+};
+
+template <Family F>
+CAKEMOE_HD GemmShape shape_of(const Fc1Params& p) {
+  const int64_t row_bytes = p.hidden * SsOperands<F>::kElemBytes;
+  return {static_cast<const uint8_t*>(p.hidden_states), row_bytes, 2 * p.intermediate,
+          static_cast<int>((row_bytes + kRowBytes - 1) / kRowBytes)};
+}
+
+template <Family F>
+CAKEMOE_HD GemmShape shape_of(const Fc2Params& p) {
+  const int64_t row_bytes = p.intermediate * SsOperands<F>::kElemBytes;
+  return {static_cast<const uint8_t*>(p.input), row_bytes, p.hidden,
+          static_cast<int>((row_bytes + kRowBytes - 1) / kRowBytes)};
+}
+
+template <Family F, bool kFc1, int N>
+__global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
+    sm90_gemm_kernel(const __grid_constant__ GemmParams<std::conditional_t<kFc1, Fc1Params,
+                                                                           Fc2Params>> params) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = SmemLayout<N>;
+  const auto& p = params.p;
+  TileWork w;
+  if (!tile_work(p.tables, p.num_experts, &w)) return;
+
+  // Carve shared memory (stage buffers on the 1024-byte swizzle atom)
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
+  auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
+  auto* row_src = reinterpret_cast<int32_t*>(smem + L::kRowSrc);
+  const GemmShape shape = shape_of<F>(p);
+  const int tid = threadIdx.x;
+
+  // Init barriers and the tile's row sources (-1: a zero row)
+  if (tid == 0) {
+    for (int s = 0; s < L::kStages; ++s) {
+      ptx::mbarrier_init(&full[s], 1 + kGatherThreads);
+      ptx::mbarrier_init(&empty[s], kConsumerWarps);
+    }
+    ptx::fence_barrier_init();
+  }
+  if (tid < N) {
+    const int64_t row = w.row_begin + tid;
+    int32_t src = -1;
+    if constexpr (kFc1) {
+      if (row < w.row_end) {
+        const int32_t t = p.permuted_idx_to_token_idx[row];
+        if (t >= 0 && t < p.num_tokens) src = t;
+      }
+    } else {
+      if (row < w.row_end) src = static_cast<int32_t>(row);
+    }
+    row_src[tid] = src;
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    // Producer warpgroup
+    if (tid == 0) {
+      produce_weights<F, N>(&params.weights_map, smem, shape.num_k, shape.weight_rows, w);
+    } else if (tid >= 32) {
+      produce_tokens<N>(shape.tokens, shape.token_row_bytes, row_src, smem, shape.num_k,
+                        tid - 32);
+    }
+  } else {
+    // Consumer warpgroups: main loop, then the stage's epilogue
+    const int ctid = tid - 128;
+    float acc[N / 2];
+    consume<F, N>(smem, shape.num_k, ctid / 128, acc);
+    if constexpr (kFc1) {
+      fc1_epilogue<F, N>(p, w, row_src, acc, smem, ctid);
+    } else {
+      fc2_epilogue<F, N>(p, w, acc, smem, ctid);
+    }
+  }
+#endif
+}
+
+#if defined(__CUDACC__)
+/// The weights' TMA map: bf16 BlockMajorK [E * K/64, rows, 64] elements as a 3-D map with a
+/// (64, 128, 1) box; e4m3 [E * rows, K] bytes as a 2-D map with a (128, 128) box; both in the
+/// 128-byte swizzle that sw128_kmajor_desc describes. Out-of-range rows / K read as zeros.
+template <Family F>
+CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows, int64_t k) {
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    CAKEMOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                        cudaEnableDefault, &status));
+    return reinterpret_cast<CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                         const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                         const cuuint32_t*, CUtensorMapInterleave,
+                                         CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                         CUtensorMapFloatOOBfill)>(fn);
+  }();
+  CUtensorMap map{};
+  CUresult r;
+  if constexpr (F == Family::kBF16) {
+    const cuuint64_t dims[3] = {64, cuuint64_t(rows), cuuint64_t(experts * (k / 64))};
+    const cuuint64_t strides[2] = {128, cuuint64_t(rows) * 128};
+    const cuuint32_t box[3] = {64, kBlockM, 1};
+    const cuuint32_t unit[3] = {1, 1, 1};
+    r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(weights), dims,
+               strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  } else {
+    const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(experts * rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(k)};
+    const cuuint32_t box[2] = {kRowBytes, kBlockM};
+    const cuuint32_t unit[2] = {1, 1};
+    r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(weights), dims, strides,
+               box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  }
+  if (r != CUDA_SUCCESS) {
+    throw CudaError("cuTensorMapEncodeTiled",
+                    "the sm90 weights map was rejected (CUresult " +
+                        std::to_string(static_cast<int>(r)) + ")");
+  }
+  return map;
+}
+
+/// Binder (stepfun/gemm_params.h GemmBinder): the tensor map is encoded here, once; the closure
+/// only enqueues (no allocation, no host synchronisation, graph-capturable).
+template <Family F, bool kFc1, int N>
+GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>& p) {
+  using Params = GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>>;
+  static const bool configured = [] {
+    CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_gemm_kernel<F, kFc1, N>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            smem_bytes(N)));
+    return true;
+  }();
+  (void)configured;
+  Params params;
+  params.p = p;
+  const GemmShape shape = shape_of<F>(p);
+  const int64_t k_elems = shape.token_row_bytes / SsOperands<F>::kElemBytes;
+  params.weights_map = make_weights_map<F>(p.weights, p.num_experts,
+                                           shape.weight_rows, k_elems);
+  const int64_t m_blocks = kFc1 ? shape.weight_rows / kBlockM
+                                : (shape.weight_rows + kBlockM - 1) / kBlockM;
+  const dim3 grid(static_cast<unsigned>(p.tables.max_ctas), static_cast<unsigned>(m_blocks));
+  return [params, grid](Stream stream) {
+    sm90_gemm_kernel<F, kFc1, N><<<grid, kThreads, smem_bytes(N),
+                                   static_cast<cudaStream_t>(stream)>>>(params);
+    CAKEMOE_CUDA_CHECK(cudaGetLastError());
+  };
+}
+#endif  // __CUDACC__
+
+}  // namespace sm90
+}  // namespace stepfun
+}  // namespace cakemoe

@@ -1,0 +1,78 @@
+// The constexpr tile table of the sm90 StepFun GEMMs (FC1, FC2), read by the kernels (pipeline
+// depth, CTAs per SM), the unit generator and the planner's tests. Plain C++.
+//
+// A CTA computes a 128-row block of one expert's weights (FC1: 64 features = 64 up + 64 gate
+// rows; FC2: 128 output columns) against one routing tile of `tile` token rows: weights are
+// wgmma's M side, tokens its N side (N = tile, 8..256), so decode tiles need no padding.
+#pragma once
+
+#include <cstdint>
+
+#include "cakemoe/stepfun.h"
+#include "core/macros.h"
+
+namespace cakemoe {
+namespace stepfun {
+namespace sm90 {
+
+constexpr int kBlockM = 128;     ///< weight rows per CTA (two consumer warpgroups of 64)
+constexpr int kRowBytes = 128;   ///< bytes of one operand row per stage: one 128-byte swizzle row
+constexpr int kThreads = 384;    ///< producer warpgroup + 2 consumer warpgroups
+constexpr int kGatherThreads = 96;   ///< producer warps 1..3 copy token rows (warp 0 issues TMA)
+constexpr int kConsumerWarps = 8;
+constexpr int kFc1Features = 64;     ///< FC1 output features per CTA
+
+/// Whether an sm90 unit exists for (family, tile). fp8 keeps a second accumulator for the
+/// per-stage promotion, so its largest tile is 128 (256 would need 256 accumulator registers).
+CAKEMOE_HD constexpr bool has_sm90_unit(Family family, int tile) {
+  const bool ladder = tile == 8 || tile == 16 || tile == 32 || tile == 64 || tile == 128 ||
+                      tile == 256;
+  if (!ladder) return false;
+  if (family == Family::kBF16) return true;
+  if (family == Family::kFP8) return tile <= 128;
+  return false;
+}
+
+CAKEMOE_HD constexpr int ctas_per_sm(int tile) { return tile <= 64 ? 2 : 1; }
+
+CAKEMOE_HD constexpr int a_stage_bytes() { return kBlockM * kRowBytes; }
+CAKEMOE_HD constexpr int b_stage_bytes(int tile) { return tile * kRowBytes; }
+
+/// Pipeline stages: as many as fit a per-CTA budget (2 CTAs per SM share 227 KB), at most 8.
+CAKEMOE_HD constexpr int stages_for(int tile) {
+  const int budget = ctas_per_sm(tile) == 2 ? 108 * 1024 : 216 * 1024;
+  const int stages = budget / (a_stage_bytes() + b_stage_bytes(tile));
+  return stages > 8 ? 8 : stages;
+}
+
+/// Bytes of the stage buffers; the epilogue's staging tile reuses them once the main loop ends.
+CAKEMOE_HD constexpr int stage_region_bytes(int tile) {
+  return stages_for(tile) * (a_stage_bytes() + b_stage_bytes(tile));
+}
+
+/// FC1 staging: fp32 [tile][64 + 4]; FC2 staging: bf16 [tile][128 + 8] (rows 16-byte aligned).
+constexpr int kFc1StageStride = kFc1Features + 4;
+constexpr int kFc2StageStride = kBlockM + 8;
+
+/// Dynamic shared memory of one CTA: stages, 2 mbarriers per stage, the tile's row sources, and
+/// 1 KB to align the stage buffers to the 1024-byte swizzle atom.
+CAKEMOE_HD constexpr int smem_bytes(int tile) {
+  return stage_region_bytes(tile) + stages_for(tile) * 16 + tile * 4 + 1024;
+}
+
+/// The FC1 feature (0..63 within the CTA) whose up and gate accumulators a consumer thread holds:
+/// rows r and r + 8 of its 16-row group (spec §4.4 (a)+(b)). `group` is the consumer warpgroup
+/// (0, 1), `warp` the warp in it (0..3).
+CAKEMOE_HD constexpr int fc1_lane_feature(int group, int warp, int lane) {
+  return 16 * (2 * group + warp / 2) + 2 * (lane / 4) + warp % 2;
+}
+
+/// The FC2 output column (0..127 within the CTA) of physical W2 row `row` of the block (§4.4 (b)
+/// keeps every aligned 32-row block on its own rows).
+CAKEMOE_HD constexpr int fc2_row_column(int row) {
+  return (row / 32) * 32 + 4 * (row % 8) + (row % 32) / 8;
+}
+
+}  // namespace sm90
+}  // namespace stepfun
+}  // namespace cakemoe

@@ -1,0 +1,65 @@
+// The sm90 GEMM tile table and the accumulator-to-column maps its epilogues use, checked on the
+// CPU against the weight layouts of spec §4.4 (formats/layouts.h).
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "formats/layouts.h"
+#include "stepfun/sm90/tile_config.h"
+
+namespace cakemoe {
+namespace stepfun {
+namespace sm90 {
+namespace {
+
+TEST(Sm90TileConfig, Fc1LaneFeatureMatchesTheW1RowMap) {
+  const int64_t inter = 1280;
+  for (int64_t block = 0; block < inter / kFc1Features; block += 7) {
+    std::set<int> features;
+    for (int group = 0; group < 2; ++group) {
+      for (int warp = 0; warp < 4; ++warp) {
+        for (int lane = 0; lane < 32; ++lane) {
+          // Rows r0 (up) and r0 + 8 (gate) of the thread's 16-row accumulator group.
+          const int64_t r0 = block * kBlockM + 64 * group + 16 * warp + lane / 4;
+          const int f = fc1_lane_feature(group, warp, lane);
+          EXPECT_EQ(formats::w1_logical_row(r0, inter), block * kFc1Features + f);
+          EXPECT_EQ(formats::w1_logical_row(r0 + 8, inter), inter + block * kFc1Features + f);
+          features.insert(f);
+        }
+      }
+    }
+    EXPECT_EQ(features.size(), static_cast<size_t>(kFc1Features));
+  }
+}
+
+TEST(Sm90TileConfig, Fc2RowColumnMatchesTheW2RowMap) {
+  std::set<int> columns;
+  for (int row = 0; row < kBlockM; ++row) {
+    EXPECT_EQ(3 * kBlockM + fc2_row_column(row), formats::w2_logical_row(3 * kBlockM + row));
+    columns.insert(fc2_row_column(row));
+  }
+  EXPECT_EQ(columns.size(), static_cast<size_t>(kBlockM));
+}
+
+TEST(Sm90TileConfig, StagesFitSharedMemory) {
+  for (int tile : {8, 16, 32, 64, 128, 256}) {
+    EXPECT_GE(stages_for(tile), 4) << tile;
+    // Two CTAs per SM share 228 KB (1 KB reserved per CTA); one CTA may take 227 KB.
+    EXPECT_LE(ctas_per_sm(tile) * (smem_bytes(tile) + 1024), 228 * 1024) << tile;
+    // The epilogue staging tiles reuse the stage buffers.
+    EXPECT_LE(tile * kFc1StageStride * 4, stage_region_bytes(tile)) << tile;
+    EXPECT_LE(tile * kFc2StageStride * 2, stage_region_bytes(tile)) << tile;
+  }
+}
+
+TEST(Sm90TileConfig, UnitsCoverTheSsFamilies) {
+  EXPECT_TRUE(has_sm90_unit(Family::kBF16, 256));
+  EXPECT_TRUE(has_sm90_unit(Family::kFP8, 128));
+  EXPECT_FALSE(has_sm90_unit(Family::kFP8, 256));
+  EXPECT_FALSE(has_sm90_unit(Family::kBF16, 24));
+}
+
+}  // namespace
+}  // namespace sm90
+}  // namespace stepfun
+}  // namespace cakemoe
