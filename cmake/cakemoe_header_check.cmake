@@ -9,8 +9,9 @@
 # default, linked into nothing):
 #   - one TU per header, including it twice (self-contained and include-guarded), sm_90a only;
 #   - header_check_all.cu: every header in one TU, sm_90a (catches clashes between headers);
-#   - header_check_portable.cu: every header whose name does not start with `sm90_`, compiled for
-#     the portable gencode list, so portable headers are proven to build for sm_100a/sm_103a.
+#   - header_check_portable.cu: every header that is not Hopper-only (names starting with `sm90_`,
+#     the src/**/sm90/ folders and the wgmma wrappers in src/ptx/), compiled for the portable
+#     gencode list, so portable headers are proven to build for sm_100a/sm_103a.
 function(cakemoe_add_header_check)
   set(_src_root "${PROJECT_SOURCE_DIR}/src")
   set(_inc_root "${PROJECT_SOURCE_DIR}/include")
@@ -40,7 +41,7 @@ function(cakemoe_add_header_check)
     list(APPEND _sources "${_tu}")
     string(APPEND _all "#include \"${_h}\"\n")
     get_filename_component(_name "${_h}" NAME)
-    if(NOT _name MATCHES "^sm90_")
+    if(NOT _name MATCHES "^sm90_" AND NOT _h MATCHES "(^|/)sm90/" AND NOT _h MATCHES "^ptx/wgmma")
       string(APPEND _portable "#include \"${_h}\"\n")
     endif()
   endforeach()

@@ -29,11 +29,13 @@ const char* sf_layout_name(SfLayout layout);
 int64_t max_ctas(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t tile);
 int64_t max_padded(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t tile);
 
-/// A launch plan (spec §8 DECISION). Kernel names are catalog unit names.
+/// A launch plan (spec §8 DECISION). Kernel names are catalog unit names; prepare_stepfun_moe
+/// runs exactly the units a plan names.
 struct Plan {
   Family family = Family::kNVFP4;
   int tile = 8;            ///< tile_tokens_dim: tokens per CTA tile and routing padding
-  std::string fc1_kernel;  ///< catalog unit for FC1 ("reference" on the CPU backend)
+  std::string path;        ///< "sm90" (Hopper tensor-core units), "simt" (portable), "cpu"
+  std::string fc1_kernel;  ///< catalog unit for FC1 (e.g. "sm90_fc1_bf16_t8", "cpu_fc1_bf16_t8")
   std::string fc2_kernel;  ///< catalog unit for FC2
   SfLayout act_sf_layout = SfLayout::kR8C4;  ///< r8c4 if tile <= 64 else r128c4
   std::string routing_variant;
@@ -53,9 +55,10 @@ struct ProblemDesc {
   Device device;             ///< where the plan runs (CPU = reference engine)
 };
 
-/// Candidate plans: the native tile window (prev, center, next, next^2) on the dense ladder 8..256.
+/// Candidate plans: the native tile window (prev, center, next, next^2) on the dense ladder
+/// 8..256; per tile, on SM90, the sm90 plan (when its units exist) before the portable one.
 std::vector<Plan> plans_for(const ProblemDesc& problem);
-/// The smallest candidate (native rule, spec §8).
+/// The first candidate: the smallest tile (native rule, spec §8), its fastest path.
 Plan default_plan(const ProblemDesc& problem);
 
 // ------------------------------------------------------------------------------------------------
@@ -104,6 +107,7 @@ struct Fc1Args {
   int64_t top_k = 0;
   int64_t tile_tokens_dim = 8;
   bool enable_pdl = true;
+  std::string kernel;  ///< a Plan's fc1_kernel; empty: the device's preferred unit for the tile
 };
 
 struct RequantArgs {
@@ -133,6 +137,7 @@ struct Fc2Args {
   int64_t top_k = 0;
   int64_t tile_tokens_dim = 8;
   bool enable_pdl = true;
+  std::string kernel;  ///< a Plan's fc2_kernel; empty: the device's preferred unit for the tile
 };
 
 struct FinalizeArgs {

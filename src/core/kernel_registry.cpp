@@ -42,6 +42,13 @@ bool kernel_unit_has_ptx(const KernelUnit& unit) {
   return false;
 }
 
+const KernelUnit* find_kernel_unit_by_name(const std::string& name) {
+  for (const KernelUnit* u : kernel_units()) {
+    if (name == u->name) return u;
+  }
+  return nullptr;
+}
+
 const KernelUnit* find_kernel_unit(const std::string& pipeline, const std::string& stage,
                                    const std::string& variant, int size, bool sm90) {
   const KernelUnit* best = nullptr;

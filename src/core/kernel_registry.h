@@ -30,6 +30,9 @@ const std::vector<const KernelUnit*>& kernel_units();
 /// this build (anything but 9.0, 10.0 and 10.3) can run it from the driver's JIT.
 bool kernel_unit_has_ptx(const KernelUnit& unit);
 
+/// The unit named `name` (its inst/ file name), or nullptr.
+const KernelUnit* find_kernel_unit_by_name(const std::string& name);
+
 /// The unit for (pipeline, stage, variant, size): an exact `size` match is preferred over a
 /// size-0 ("any") unit; a "sm90a" unit is only returned when `sm90` is true and is preferred
 /// there. nullptr when none.

@@ -65,33 +65,82 @@ Arch arch_of(Device device) {
                                   std::to_string(cc / 10) + "." + std::to_string(cc % 10));
 }
 
-const KernelUnit* find_unit(Stage stage, Family family, int tile, Arch arch) {
-  if (arch == Arch::kCpu) {
-    static const std::vector<KernelUnit> cpu = build_cpu_units();
-    for (const KernelUnit& u : cpu) {
-      if (u.stage != stage) continue;
-      if (stage_has_family(stage) && (u.family != family || u.tile != tile)) continue;
-      return &u;
-    }
-    return nullptr;
-  }
-  // CUDA: the compiled units of the registry. Portable units run on every arch >= 8.0 that the
-  // build targets; Hopper-only units on SM90 alone.
-  // NOTE: units are cached per (stage, family, tile, arch) so plan() can hand out stable pointers.
+namespace {
+
+const std::vector<KernelUnit>& cpu_units() {
+  static const std::vector<KernelUnit> cpu = build_cpu_units();
+  return cpu;
+}
+
+/// The catalog entry of a registry unit, cached so plans can hand out stable pointers.
+const KernelUnit* wrap(const core::KernelUnit* u, Stage stage, Family family) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, int>, std::unique_ptr<KernelUnit>> cache;
+  static std::map<std::string, std::unique_ptr<KernelUnit>> cache;
   std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = cache[{int(stage), int(family), tile, int(arch)}];
+  auto& slot = cache[u->name];
   if (!slot) {
-    const core::KernelUnit* u = core::find_kernel_unit(
-        "stepfun", stage_name(stage), stage_has_family(stage) ? family_name(family) : "", tile,
-        arch == Arch::kSm90);
-    if (!u) return nullptr;
-    // Devices without native code in this build run a unit only from its compute_80 PTX.
-    if (arch == Arch::kPortable && !core::kernel_unit_has_ptx(*u)) return nullptr;
-    slot = std::make_unique<KernelUnit>(KernelUnit{stage, family, tile, arch, u->name});
+    const Arch own = std::string(u->arch) == "sm90a" ? Arch::kSm90 : Arch::kPortable;
+    slot = std::make_unique<KernelUnit>(KernelUnit{stage, family, u->size, own, u->name});
   }
   return slot.get();
+}
+
+bool serves(const KernelUnit& u, Stage stage, Family family, int tile) {
+  if (u.stage != stage) return false;
+  return !stage_has_family(stage) || (u.family == family && (u.tile == 0 || u.tile == tile));
+}
+
+}  // namespace
+
+std::vector<const KernelUnit*> find_units(Stage stage, Family family, int tile, Arch arch) {
+  std::vector<const KernelUnit*> out;
+  if (arch == Arch::kCpu) {
+    for (const KernelUnit& u : cpu_units()) {
+      if (serves(u, stage, family, tile)) {
+        out.push_back(&u);
+        break;
+      }
+    }
+    return out;
+  }
+  const std::string variant = stage_has_family(stage) ? family_name(family) : "";
+  // NOTE: SM90 runs its Hopper-only units and the portable ones; devices without native code in
+  // this build run a unit only from its compute_80 PTX.
+  if (arch == Arch::kSm90) {
+    const core::KernelUnit* u = core::find_kernel_unit("stepfun", stage_name(stage), variant,
+                                                       tile, true);
+    if (u && std::string(u->arch) == "sm90a") out.push_back(wrap(u, stage, family));
+  }
+  const core::KernelUnit* p = core::find_kernel_unit("stepfun", stage_name(stage), variant, tile,
+                                                     false);
+  if (p && !(arch == Arch::kPortable && !core::kernel_unit_has_ptx(*p))) {
+    out.push_back(wrap(p, stage, family));
+  }
+  return out;
+}
+
+const KernelUnit* find_unit(Stage stage, Family family, int tile, Arch arch) {
+  const std::vector<const KernelUnit*> units = find_units(stage, family, tile, arch);
+  return units.empty() ? nullptr : units.front();
+}
+
+const KernelUnit* find_unit_named(const std::string& name, Stage stage, Family family, int tile,
+                                  Arch arch) {
+  for (const KernelUnit* u : find_units(stage, family, tile, arch)) {
+    if (u->name == name) return u;
+  }
+  return nullptr;
+}
+
+const char* path_name(Arch unit_arch) {
+  switch (unit_arch) {
+    case Arch::kCpu:
+      return "cpu";
+    case Arch::kSm90:
+      return "sm90";
+    default:
+      return "simt";
+  }
 }
 
 }  // namespace stepfun

@@ -17,7 +17,7 @@ struct KernelUnit {
   Stage stage;
   Family family;  ///< ignored for routing / requant / finalize
   int tile;       ///< 0: any tile
-  Arch arch;
+  Arch arch;      ///< the unit's own: kCpu, kSm90 (Hopper-only units) or kPortable
   std::string name;
 };
 
@@ -27,8 +27,16 @@ const char* stage_name(Stage stage);
 const std::vector<int>& tile_ladder();
 /// The arch a device runs (kCpu for the CPU backend). Throws Unsupported for unknown devices.
 Arch arch_of(Device device);
-/// The unit for (stage, family, tile) on `arch`, or nullptr.
+/// The unit for (stage, family, tile) on `arch`, or nullptr: the preferred one (on SM90 a Hopper
+/// unit before the portable one).
 const KernelUnit* find_unit(Stage stage, Family family, int tile, Arch arch);
+/// Every unit for (stage, family, tile) that `arch` runs, preferred first.
+std::vector<const KernelUnit*> find_units(Stage stage, Family family, int tile, Arch arch);
+/// The unit named `name` if it serves (stage, family, tile) and `arch` runs it, else nullptr.
+const KernelUnit* find_unit_named(const std::string& name, Stage stage, Family family, int tile,
+                                  Arch arch);
+/// "sm90" (Hopper tensor-core units), "simt" (portable units), "cpu" (reference engine).
+const char* path_name(Arch unit_arch);
 
 }  // namespace stepfun
 }  // namespace cakemoe

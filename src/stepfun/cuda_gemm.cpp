@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/cuda_util.h"
 #include "core/kernel_registry.h"
+#include "stepfun/catalog.h"
 #include "stepfun/cuda_stages.h"
 #include "stepfun/gemm_params.h"
 
@@ -20,15 +21,26 @@ namespace stepfun {
 
 namespace {
 
-const core::KernelUnit& gemm_unit(const char* stage, Family family, int64_t tile, Device device) {
-  const bool sm90 = core::cuda_capability(device.index) == 90;
-  const core::KernelUnit* unit = core::find_kernel_unit("stepfun", stage, family_name(family),
-                                                        static_cast<int>(tile), sm90);
+/// The registry unit to bind: the one `kernel` names (a Plan's choice), else the device's
+/// preferred unit for (stage, family, tile).
+const core::KernelUnit& gemm_unit(Stage stage, Family family, int64_t tile, Device device,
+                                  const std::string& kernel) {
+  const Arch arch = arch_of(device);
+  const int t = static_cast<int>(tile);
+  if (!kernel.empty()) {
+    const KernelUnit* named = find_unit_named(kernel, stage, family, t, arch);
+    core::require(named != nullptr, "kernel",
+                  "'" + kernel + "' is not a " + stage_name(stage) + " unit for family " +
+                      family_name(family) + " at tile " + std::to_string(tile) +
+                      " that this device runs in this build");
+    return *core::find_kernel_unit_by_name(named->name);
+  }
+  const KernelUnit* unit = find_unit(stage, family, t, arch);
   core::require_supported(unit != nullptr, "family",
-                          std::string("no CUDA StepFun ") + stage + " kernel unit for family " +
-                              family_name(family) + " at tile " + std::to_string(tile) +
-                              " in this build");
-  return *unit;
+                          std::string("no CUDA StepFun ") + stage_name(stage) +
+                              " kernel unit for family " + family_name(family) + " at tile " +
+                              std::to_string(tile) + " in this build");
+  return *core::find_kernel_unit_by_name(unit->name);
 }
 
 /// The kernels read 16-byte vectors; every cudaMalloc'd tensor qualifies, offset views may not.
@@ -57,8 +69,10 @@ GemmTileTables tile_tables(const TensorView& batch, const TensorView& limit,
 }  // namespace
 
 CudaEnqueue bind_cuda_fc1(const Fc1Args& a, const GemmDims& dims) {
+  core::require(a.tile_tokens_dim > 0 && a.tile_tokens_dim <= 65536, "tile_tokens_dim",
+                "must lie in [1, 65536]");
   const core::KernelUnit& unit =
-      gemm_unit("fc1", a.family, a.tile_tokens_dim, a.hidden_states.device);
+      gemm_unit(Stage::kFc1, a.family, a.tile_tokens_dim, a.hidden_states.device, a.kernel);
   for (const auto& [t, arg] : {std::make_pair(&a.hidden_states, "hidden_states"),
                                std::make_pair(&a.gemm1_weights, "gemm1_weights"),
                                std::make_pair(&a.gemm1_output, "gemm1_output")}) {
@@ -88,8 +102,10 @@ CudaEnqueue bind_cuda_fc1(const Fc1Args& a, const GemmDims& dims) {
 }
 
 CudaEnqueue bind_cuda_fc2(const Fc2Args& a, const GemmDims& dims) {
+  core::require(a.tile_tokens_dim > 0 && a.tile_tokens_dim <= 65536, "tile_tokens_dim",
+                "must lie in [1, 65536]");
   const core::KernelUnit& unit =
-      gemm_unit("fc2", a.family, a.tile_tokens_dim, a.gemm2_input.device);
+      gemm_unit(Stage::kFc2, a.family, a.tile_tokens_dim, a.gemm2_input.device, a.kernel);
   for (const auto& [t, arg] : {std::make_pair(&a.gemm2_input, "gemm2_input"),
                                std::make_pair(&a.gemm2_weights, "gemm2_weights"),
                                std::make_pair(&a.gemm2_output, "gemm2_output")}) {

@@ -162,6 +162,7 @@ StepFunMoeLaunch prepare_stepfun_moe(const MoeArgs& a) {
   f1.top_k = k;
   f1.tile_tokens_dim = tile;
   f1.enable_pdl = a.enable_pdl;
+  f1.kernel = impl->plan.fc1_kernel;
   if (f == Family::kNVFP4) {
     f1.gemm1_output = impl->alloc({rows, inter / 2}, DType::kE2M1x2, device);
     f1.gemm1_output_scale =
@@ -207,6 +208,7 @@ StepFunMoeLaunch prepare_stepfun_moe(const MoeArgs& a) {
   f2.top_k = k;
   f2.tile_tokens_dim = tile;
   f2.enable_pdl = a.enable_pdl;
+  f2.kernel = impl->plan.fc2_kernel;
   impl->stages.push_back(prepare_fc2(f2));
 
   if (a.do_finalize) {

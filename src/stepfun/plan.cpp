@@ -32,6 +32,7 @@ Plan make_plan(const ProblemDesc& p, int tile, const KernelUnit& fc1, const Kern
   Plan plan;
   plan.family = p.family;
   plan.tile = tile;
+  plan.path = path_name(fc1.arch);
   plan.fc1_kernel = fc1.name;
   plan.fc2_kernel = fc2.name;
   plan.act_sf_layout = act_sf_layout(tile);
@@ -59,9 +60,12 @@ std::vector<Plan> plans_for(const ProblemDesc& problem) {
   for (int64_t i = c - 1; i <= c + 2; ++i) {  // {prev, center, next, next^2} ∩ ladder
     if (i < 0 || i >= static_cast<int64_t>(ladder.size())) continue;
     const int tile = ladder[i];
-    const KernelUnit* fc1 = find_unit(Stage::kFc1, problem.family, tile, arch);
-    const KernelUnit* fc2 = find_unit(Stage::kFc2, problem.family, tile, arch);
-    if (fc1 && fc2) plans.push_back(make_plan(problem, tile, *fc1, *fc2, arch));
+    // One plan per path both stages have a unit on (sm90 first on SM90, then the portable one).
+    for (const KernelUnit* fc1 : find_units(Stage::kFc1, problem.family, tile, arch)) {
+      for (const KernelUnit* fc2 : find_units(Stage::kFc2, problem.family, tile, arch)) {
+        if (fc1->arch == fc2->arch) plans.push_back(make_plan(problem, tile, *fc1, *fc2, arch));
+      }
+    }
   }
   return plans;
 }
@@ -80,7 +84,7 @@ Plan default_plan(const ProblemDesc& problem) {
 
 std::ostream& operator<<(std::ostream& os, const Plan& plan) {
   return os << "Plan{family=" << family_name(plan.family) << ", tile=" << plan.tile
-            << ", fc1=" << plan.fc1_kernel << ", fc2=" << plan.fc2_kernel
+            << ", path=" << plan.path << ", fc1=" << plan.fc1_kernel << ", fc2=" << plan.fc2_kernel
             << ", act_sf=" << sf_layout_name(plan.act_sf_layout)
             << ", routing=" << plan.routing_variant << ", finalize=" << plan.finalize_variant
             << "}";

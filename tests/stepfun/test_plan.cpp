@@ -47,6 +47,7 @@ TEST(Plan, WindowAroundCenter) {
 TEST(Plan, DerivedFields) {
   for (const Plan& p : plans_for(problem(Family::kNVFP4BF16Tok, 2048, 8, 64))) {
     EXPECT_EQ(p.family, Family::kNVFP4BF16Tok);
+    EXPECT_EQ(p.path, "cpu");
     EXPECT_EQ(p.act_sf_layout, p.tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4);
     EXPECT_FALSE(p.fc1_kernel.empty());
     EXPECT_FALSE(p.fc2_kernel.empty());
