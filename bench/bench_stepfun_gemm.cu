@@ -1,16 +1,20 @@
-// StepFun FC1 / FC2 CUDA kernels at the spec §10.3 geometry (H 4096, I 1536, E 64, K 8) for every
-// family and T in {8, 64, 512, 2048}, default-plan tile, random physical operands (finite values),
-// uniform random routing. Prints ms per launch (cudaEvents over 10 launches, warm L2) and TFLOP/s
-// of the valid rows. A plain main: without a CUDA device it says so and exits 0.
+// StepFun FC1 / FC2 CUDA kernels at the spec §10.3 geometry (H 4096, I 1536, E 64, K 8), random
+// physical operands (finite values), uniform random routing. Prints ms per launch (cudaEvents over
+// 10 launches, warm L2) and TFLOP/s of the valid rows. A plain main: without a CUDA device it says
+// so and exits 0.
+//   bench_stepfun_gemm [FAMILIES|all] [T,T,...] [PATH: default|sm90|simt] [TILE|default]
+// defaults: all families, T 8,64,512,2048, the default plan's units and tile.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench_hash.cuh"
+#include "cakemoe/errors.h"
 #include "cakemoe/stepfun.h"
 #include "core/cuda_check.h"
 #include "core/cuda_util.h"
@@ -108,18 +112,56 @@ void activations(Family f, int64_t rows, int64_t k, SfLayout layout, uint32_t se
   }
 }
 
-void bench_family(Family f) {
+struct Options {
+  std::vector<Family> families{std::begin(kAllFamilies), std::end(kAllFamilies)};
+  std::vector<int64_t> tokens{8, 64, 512, 2048};
+  std::string path = "default";
+  int64_t tile = 0;  ///< 0: the plan's
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = s.find(',', start);
+    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+/// The plan whose path is `path` ("default": the default plan) at `tile` (0: the plan's own).
+Plan pick_plan(const ProblemDesc& problem, const Options& o) {
+  for (const Plan& p : plans_for(problem)) {
+    if ((o.path == "default" || p.path == o.path) && (o.tile == 0 || p.tile == o.tile)) return p;
+  }
+  if (o.tile != 0) {
+    // Outside the native window: the unit names of the same path at that tile.
+    ProblemDesc wide = problem;
+    for (int64_t t : {1, 16, 128, 1024, 4096, 16384, 65536}) {
+      wide.num_tokens = t;
+      for (const Plan& p : plans_for(wide)) {
+        if ((o.path == "default" || p.path == o.path) && p.tile == o.tile) return p;
+      }
+    }
+  }
+  throw Unsupported("path", "no " + o.path + " plan at tile " + std::to_string(o.tile));
+}
+
+void bench_family(Family f, const Options& o) {
   Tensor w1, w1s, w2, w2s;
   weights(f, 2 * kI, kH, 11, &w1, &w1s);
   weights(f, kH, kI, 13, &w2, &w2s);
   const bool scalars = nvfp4(f) || f == Family::kFP8;
   const Tensor one = device_floats(kE, 1e-2f), limit = device_floats(kE, 7.0f);
-  for (int64_t t : {8, 64, 512, 2048}) {
+  for (int64_t t : o.tokens) {
     ProblemDesc problem;
     problem.family = f, problem.num_tokens = t, problem.top_k = kK;
     problem.local_num_experts = kE, problem.hidden_size = kH, problem.intermediate_size = kI;
     problem.device = Device::cuda(0);
-    const int64_t tile = default_plan(problem).tile;
+    const Plan plan = pick_plan(problem, o);
+    const int64_t tile = plan.tile;
     const SfLayout layout = tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
     std::mt19937 rng(20261004);
     std::vector<int32_t> ids;
@@ -161,6 +203,7 @@ void bench_family(Family f) {
     }
     a1.gemm1_output = y, a1.gemm1_output_scale = ys;
     a1.top_k = kK, a1.tile_tokens_dim = tile;
+    a1.kernel = plan.fc1_kernel;
 
     Fc2Args a2;
     a2.family = f;
@@ -178,14 +221,16 @@ void bench_family(Family f) {
     const Tensor out = Tensor::empty({rows, kH}, DType::kBF16, Device::cuda(0));
     a2.gemm2_output = out;
     a2.num_tokens = t, a2.top_k = kK, a2.tile_tokens_dim = tile;
+    a2.kernel = plan.fc2_kernel;
 
     const StepFunStageLaunch fc1 = prepare_fc1(a1), fc2 = prepare_fc2(a2);
     const double ms1 = gpu_testbed::time_ms([&] { fc1.launch(nullptr); }, kLaunches);
     const double ms2 = gpu_testbed::time_ms([&] { fc2.launch(nullptr); }, kLaunches);
     const double flop1 = 2.0 * t * kK * 2 * kI * kH, flop2 = 2.0 * t * kK * kH * kI;
-    std::printf("%-14s T %5lld tile %3lld  fc1 %9.3f ms %7.2f TFLOP/s  fc2 %9.3f ms %7.2f "
+    std::printf("%-14s T %5lld tile %3lld %-4s fc1 %9.3f ms %7.2f TFLOP/s  fc2 %9.3f ms %7.2f "
                 "TFLOP/s  total %9.3f ms\n",
-                family_name(f), static_cast<long long>(t), static_cast<long long>(tile), ms1,
+                family_name(f), static_cast<long long>(t), static_cast<long long>(tile),
+                plan.path.c_str(), ms1,
                 flop1 / (ms1 * 1e9), ms2, flop2 / (ms2 * 1e9), ms1 + ms2);
   }
 }
@@ -194,15 +239,31 @@ void bench_family(Family f) {
 }  // namespace stepfun
 }  // namespace cakemoe
 
-int main() {
+int main(int argc, char** argv) {
   using namespace cakemoe::stepfun;
   if (cakemoe::core::cuda_device_count() == 0) {
     std::printf("bench_stepfun_gemm: no CUDA device, nothing measured\n");
     return 0;
   }
-  std::printf("StepFun GEMM stages, H %lld I %lld E %lld K %lld (SIMT fp32 kernels)\n",
-              static_cast<long long>(kH), static_cast<long long>(kI),
-              static_cast<long long>(kE), static_cast<long long>(kK));
-  for (Family f : kAllFamilies) bench_family(f);
+  try {
+    Options o;
+    if (argc > 1 && std::string(argv[1]) != "all") {
+      o.families.clear();
+      for (const std::string& name : split(argv[1])) o.families.push_back(parse_family(name));
+    }
+    if (argc > 2) {
+      o.tokens.clear();
+      for (const std::string& t : split(argv[2])) o.tokens.push_back(std::stoll(t));
+    }
+    if (argc > 3) o.path = argv[3];
+    if (argc > 4 && std::string(argv[4]) != "default") o.tile = std::stoll(argv[4]);
+    std::printf("StepFun GEMM stages, H %lld I %lld E %lld K %lld\n", static_cast<long long>(kH),
+                static_cast<long long>(kI), static_cast<long long>(kE),
+                static_cast<long long>(kK));
+    for (Family f : o.families) bench_family(f, o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_stepfun_gemm: %s\n", e.what());
+    return 2;
+  }
   return 0;
 }

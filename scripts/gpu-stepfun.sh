@@ -49,7 +49,7 @@ fi
 note "sass: $(wc -l <"$out/sass.txt") sm90 units; lines with LDL/STL: $(awk '$7 > 0 || $9 > 0' "$out/sass.txt" | wc -l)"
 
 start=$SECONDS
-timeout "${STEPFUN_TEST_SECS:-300}" "$build/tests/test_gpu" --gtest_filter="$tests" \
+timeout "${STEPFUN_TEST_SECS:-300}" stdbuf -oL "$build/tests/test_gpu" --gtest_filter="$tests" \
   >"$out/test.log" 2>&1
 rc=$?
 note "tests ($tests): rc $rc, $((SECONDS - start)) s, $(grep -c '^\[       OK' "$out/test.log") ok, $(grep -c '^\[  FAILED  \]' "$out/test.log") failed lines"

@@ -119,7 +119,9 @@ void check_fc1(const Case& c) {
   a.top_k = c.dims.top_k;
   a.tile_tokens_dim = c.dims.tile;
   cakemoe::stepfun::prepare_fc1(a).launch(nullptr);
-  core::cuda_stream_sync(nullptr);
+  gpu_testbed::sync_or_exit(nullptr, std::string("fc1 ") + name(c.family) + " I " +
+                                         std::to_string(inter) + " tile " +
+                                         std::to_string(c.dims.tile));
 
   testing::Fc1Out got;
   const Tensor out_host = gpu_testbed::to_host(out);
@@ -228,7 +230,9 @@ void check_fc2(const Case& c) {
   a.top_k = c.dims.top_k;
   a.tile_tokens_dim = c.dims.tile;
   cakemoe::stepfun::prepare_fc2(a).launch(nullptr);
-  core::cuda_stream_sync(nullptr);
+  gpu_testbed::sync_or_exit(nullptr, std::string("fc2 ") + name(c.family) + " I " +
+                                         std::to_string(inter) + " tile " +
+                                         std::to_string(c.dims.tile));
   const Tensor got = gpu_testbed::to_host(out);
   const uint16_t* g = got.ptr<uint16_t>();
 

@@ -1,10 +1,32 @@
 #include "testbed/gpu/gpu_testbed.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 namespace cakemoe {
 namespace gpu_testbed {
+
+void sync_or_exit(cudaStream_t stream, const std::string& what, double seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t status = cudaStreamQuery(stream);
+    if (status != cudaErrorNotReady) {
+      CAKEMOE_CUDA_CHECK(status);
+      return;
+    }
+    const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
+    if (waited.count() > seconds) {
+      std::fprintf(stderr, "HANG: %s still running after %.0f s\n", what.c_str(), seconds);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
 
 std::string diff_bytes(const void* a, const void* b, size_t bytes, size_t element_bytes) {
   const auto* pa = static_cast<const unsigned char*>(a);

@@ -23,6 +23,11 @@
 namespace cakemoe {
 namespace gpu_testbed {
 
+/// Waits for `stream` like cudaStreamSynchronize, but a kernel that is still running after
+/// `seconds` is reported as hung (stderr names `what`) and the process exits with status 3: a hung
+/// kernel cannot be recovered from, and a test run must not wait on it until its own time limit.
+void sync_or_exit(cudaStream_t stream, const std::string& what, double seconds = 30.0);
+
 /// Synchronous copies between the host and device 0.
 inline Tensor to_device(const TensorView& host) { return core::copy_to(host, Device::cuda(0)); }
 inline Tensor to_host(const TensorView& device) { return core::copy_to(device, Device::cpu()); }
