@@ -93,16 +93,25 @@ CAKEMOE_DEVICE void produce_weights(const CUtensorMap* map, uint8_t* smem, int n
 /// 128 bytes of K, row r from `base + row_src[r] * row_bytes` (zeros for row_src < 0 and past the
 /// row), 16-byte chunk c stored at chunk c ^ (r % 8) of row r (the 128-byte swizzle). Copies run
 /// kLookahead stages ahead of their completion.
+/// NOTE: each iteration first completes stage k - kLookahead, then waits for stage k to be free:
+/// the consumers free a stage only after the next one is full, so waiting first would deadlock
+/// once kLookahead >= stages - 1.
 template <int N>
 CAKEMOE_DEVICE void produce_tokens(const uint8_t* base, int64_t row_bytes, const int32_t* row_src,
                                    uint8_t* smem, int num_k, int gtid) {
   using L = SmemLayout<N>;
   constexpr int kLookahead = L::kStages - 1 < 3 ? L::kStages - 1 : 3;
+  static_assert(kLookahead >= 1, "the gather needs two stages");
   constexpr int kChunks = N * (kRowBytes / 16);
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
   PipeState ps;
   for (int k = 0; k < num_k; ++k, ps.advance(L::kStages)) {
+    if (k >= kLookahead) {
+      ptx::cp_async_wait<kLookahead - 1>();
+      ptx::fence_proxy_async_shared();
+      ptx::mbarrier_arrive(&full[(k - kLookahead) % L::kStages]);
+    }
     ptx::mbarrier_wait_parity(&empty[ps.stage], ps.phase ^ 1);
     uint8_t* stage = smem + L::kB + ps.stage * b_stage_bytes(N);
     for (int i = gtid; i < kChunks; i += kGatherThreads) {
@@ -114,11 +123,6 @@ CAKEMOE_DEVICE void produce_tokens(const uint8_t* base, int64_t row_bytes, const
       ptx::cp_async_16(stage + r * kRowBytes + ((c ^ (r % 8)) << 4), from, valid);
     }
     ptx::cp_async_commit();
-    if (k >= kLookahead) {
-      ptx::cp_async_wait<kLookahead>();
-      ptx::fence_proxy_async_shared();
-      ptx::mbarrier_arrive(&full[(k - kLookahead) % L::kStages]);
-    }
   }
   ptx::cp_async_wait<0>();
   ptx::fence_proxy_async_shared();
