@@ -5,7 +5,7 @@
 //
 //   bench_bgmv [--quick] [--stages] [--variants] [--specialized] [--flush=memset|none] [--reps=N]
 //              [--budget=SECONDS] [--rows=H,R,T,k,L[,E];...] [--benchmark_out=FILE ...]
-//              [--timeline=H,R,T,k,L[,E]]
+//              [--timeline=H,R,T,k,L[,E]] [--digest]
 //
 // --quick: H 3072 only (plus the 4-LoRA comparison rows). The default matrix is hidden {2688,
 // 3072, 4096} x rank {16, 32, 64} x T {1 .. 2048} x top-k {2, 6, 8}, 8 LoRAs x 128 experts; it
@@ -21,7 +21,10 @@
 // 2026-11-29 results (a 256 MB memset per rep, which leaves dirty lines in L2); --flush=none: no
 // flush (diagnostics: what a phase waits on HBM for). --timeline: per-CTA
 // event stamps of one row's Cake and portable per-route kernels (bench_bgmv_timeline.cuh; builds
-// configured with -DCAKEMOE_BGMV_TIMELINE=ON).
+// configured with -DCAKEMOE_BGMV_TIMELINE=ON). --digest: after each table row, a line
+// "digest H R T k L E y=<hex> rows=<hex>" with FNV-1a hashes of the Cake plan's y and shrink rows
+// after its last timed replay (scripts/bgmv_table_compare.py compares two tables' digests, so two
+// trees' default plans can be checked bit for bit in one device call).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -46,9 +49,19 @@ struct Row {
   Shape s;
   std::string plan;
   double cake_us = 0, portable_us = 0, bytes_min = 0;
+  uint64_t y_digest = 0, rows_digest = 0;
 };
 
-Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_buf) {
+/// FNV-1a over the bytes of a device tensor (copied to the host).
+uint64_t digest(const TensorView& device_view) {
+  const Tensor host = core::copy_to(device_view, Device::cpu());
+  const auto* bytes = static_cast<const unsigned char*>(host.view().data);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  return h;
+}
+
+Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_buf, bool digests) {
   const Inputs in(s, a_buf, b_buf, x_buf);
   Row row;
   row.s = s;
@@ -58,6 +71,10 @@ Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_bu
                                                  in.loras, in.weights, s.experts);
     row.plan = plan_label(cake);
     row.cake_us = bench.time_plan(cake);
+    if (digests) {
+      row.y_digest = digest(cake.y_accum());
+      row.rows_digest = digest(cake.shrink_out());
+    }
   }
   {
     bgmv::detail::PrepareInternals forced;
@@ -204,7 +221,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows) {
 }
 
 int run(int argc, char** argv) {
-  bool quick = false, stages = false, variants = false, specialized = false;
+  bool quick = false, stages = false, variants = false, specialized = false, digests = false;
   double budget_s = 150;
   int reps = 50;
   FlushMode flush = FlushMode::kRead;
@@ -215,6 +232,7 @@ int run(int argc, char** argv) {
     if (arg == "--stages") stages = true;
     if (arg == "--variants") variants = true;
     if (arg == "--specialized") specialized = true;
+    if (arg == "--digest") digests = true;
     if (arg.rfind("--shape=", 0) == 0) only_shape = arg.substr(8);
     if (arg.rfind("--rows=", 0) == 0) only_rows = arg.substr(7);
     if (arg.rfind("--timeline=", 0) == 0) timeline = arg.substr(11);
@@ -270,8 +288,15 @@ int run(int argc, char** argv) {
   for (const Shape& s : shapes) {
     if (elapsed() > budget_s) break;
     if (!only_rows.empty() && !row_selected(only_rows, s)) continue;
-    rows.push_back(run_shape(bench, s, buf.a, buf.b, buf.x));
+    rows.push_back(run_shape(bench, s, buf.a, buf.b, buf.x, digests));
     print_row(rows.back());
+    if (digests) {
+      const Row& r = rows.back();
+      std::printf("digest %lld %lld %lld %lld %lld %lld y=%016llx rows=%016llx\n",
+                  (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
+                  (long long)s.loras, (long long)s.experts, (unsigned long long)r.y_digest,
+                  (unsigned long long)r.rows_digest);
+    }
     ++done;
   }
   report_budget_stop(done, shapes.size(), budget_s);

@@ -8,6 +8,8 @@
 #   scripts/gpu-bgmv-ab.sh OLD_TREE OUTDIR
 #
 # OLD_TREE "-": no old tree (only the new bench, its stages and switches).
+# Both tables run with --digest: when the old tree's bench has it too (any tree with the commit
+# that added it), summary.txt counts the rows whose y and shrink rows are bitwise equal.
 # AB_TESTS=<gtest filter> also builds and runs the new tree's test_gpu (after the benches).
 # AB_ENVS="NAME=VALUE[,NAME=VALUE] ..." runs the new bench once more per switch set (bench_env<i>.log);
 # AB_BENCH_ARGS (e.g. --quick) goes to every bench run. AB_NCU_SECTIONS (default "SpeedOfLight
@@ -51,9 +53,10 @@ echo "builds: $SECONDS s" >>"$summary"
 new_bench="$CAKEMOE_ROOT/build-ab-new/bench/bench_bgmv"
 old_bench="$CAKEMOE_ROOT/build-ab-old/bench/bench_bgmv"
 # shellcheck disable=SC2086  # AB_BENCH_ARGS is a list of arguments
-[[ "$old" == "-" ]] || timeout 90 "$old_bench" --reps=30 ${AB_BENCH_ARGS:-} >"$out/bench_old.log" 2>&1
+[[ "$old" == "-" ]] ||
+  timeout 90 "$old_bench" --reps=30 --digest ${AB_BENCH_ARGS:-} >"$out/bench_old.log" 2>&1
 # shellcheck disable=SC2086
-timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} >"$out/bench_new.log" 2>&1
+timeout 90 "$new_bench" --reps=30 --digest ${AB_BENCH_ARGS:-} >"$out/bench_new.log" 2>&1
 for s in ${AB_STAGES:-}; do
   # shellcheck disable=SC2086
   CAKEMOE_BGMV_GROUPED_STAGE=$s timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} \
