@@ -99,7 +99,7 @@ class BgmvPlan {
   std::optional<ShrinkLaunch> shrink_launch() const;
   bool grouped() const;
   bool order_remap() const;
-  /// The grouped pipeline's expand runs on tensor cores (CUDA, ranks 32 and 64 by default): its
+  /// The grouped pipeline's expand runs on tensor cores (CUDA, ranks 32 and 64): its
   /// per-route partials equal the canonical order's within fp32 rounding, not bit for bit, so y
   /// is within 1e-5 of the CPU engine's (spec §3.2 holds grouped to that); replays stay bitwise
   /// identical. False when not grouped or on the CPU engine.
