@@ -3,25 +3,29 @@
 // bench_bgmv_common.cuh), median of >= 50 reps, GB/s against bytes_min, and the ratio to the
 // portable path of the same inputs in the same run.
 //
-//   bench_bgmv [--quick] [--stages] [--variants] [--specialized] [--flush=memset|none] [--reps=N]
+//   bench_bgmv [--quick] [--variants] [--specialized] [--flush=memset|none] [--reps=N]
 //              [--budget=SECONDS] [--rows=H,R,T,k,L[,E];...] [--benchmark_out=FILE ...]
-//              [--timeline=H,R,T,k,L[,E]]
+//              [--override=KEY=VALUE[,KEY=VALUE...]] [--digest]
 //
 // --quick: H 3072 only (plus the 4-LoRA comparison rows). The default matrix is hidden {2688,
 // 3072, 4096} x rank {16, 32, 64} x T {1 .. 2048} x top-k {2, 6, 8}, 8 LoRAs x 128 experts; it
 // stops early (and says so) when the time budget (default 150 s) runs out. --benchmark_out
 // (passed by scripts/gpu-check.sh) receives a small JSON copy of the table. --rows keeps only
 // the table rows of those shapes (e.g. one row's Cake and portable graphs under ncu).
-// --stages: only the per-stage table of bench_bgmv_stages.cuh (whole plan, order build, shrink,
-// expand, empty graphs) for seven representative rows. --variants: every Cake pipeline forced
-// on the same inputs (bench_bgmv_variants.cuh), T >= 128, to place the selector's crossovers;
+// --override: the table's Cake plans with those forced choices (PlanOverrides' text form,
+// src/bgmv/overrides.h; docs/decisions/bgmv-overrides.md), the A/B runs of the selector's
+// defaults; a forced specialized variant applies to the rows that can take it, the others keep
+// their plan. --variants: every Cake pipeline forced on the same inputs
+// (bench_bgmv_variants.cuh), T >= 128, to place the selector's crossovers;
 // --shape=H,R,T,k,L runs one shape of it (E 128), e.g. under ncu. --specialized: the specialized
 // variant (spec §7) in each schedule against the generic plan, H 2688 / 3072, rank 32, T 1..2048
 // (bench_bgmv_variants.cuh). --flush=memset: the flush of the
-// 2026-11-29 results (a 256 MB memset per rep, which leaves dirty lines in L2); --flush=none: no
-// flush (diagnostics: what a phase waits on HBM for). --timeline: per-CTA
-// event stamps of one row's Cake and portable per-route kernels (bench_bgmv_timeline.cuh; builds
-// configured with -DCAKEMOE_BGMV_TIMELINE=ON).
+// first results tables (a 256 MB memset per rep, which leaves dirty lines in L2); --flush=none: no
+// flush (diagnostics: what a phase waits on HBM for). The per-stage table is
+// bench/lab/bench_bgmv_stages.cu (its own binary). --digest: after each table row, a line
+// "digest H R T k L E y=<hex> rows=<hex>" with FNV-1a hashes of the Cake plan's y and shrink rows
+// after its last timed replay (scripts/bgmv_table_compare.py compares two tables' digests, so two
+// trees' default plans can be checked bit for bit in one device call).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,9 +35,8 @@
 #include <vector>
 
 #include "bench_bgmv_common.cuh"
-#include "bench_bgmv_stages.cuh"
-#include "bench_bgmv_timeline.cuh"
 #include "bench_bgmv_variants.cuh"
+#include "bgmv/overrides.h"
 #include "bgmv/plan_impl.h"
 #include "cakemoe/bgmv.h"
 #include "core/cuda_check.h"
@@ -46,22 +49,61 @@ struct Row {
   Shape s;
   std::string plan;
   double cake_us = 0, portable_us = 0, bytes_min = 0;
+  uint64_t y_digest = 0, rows_digest = 0;
 };
 
-Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_buf) {
+/// FNV-1a over the bytes of a device tensor (copied to the host).
+uint64_t digest(const TensorView& device_view) {
+  const Tensor host = core::copy_to(device_view, Device::cpu());
+  const auto* bytes = static_cast<const unsigned char*>(host.view().data);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  return h;
+}
+
+/// Rows whose plan refused the --override set (they keep their default plan) and the first
+/// reason.
+struct Refusals {
+  int rows = 0;
+  std::string first;
+};
+
+/// The Cake plan of a table row with `overrides`; where the row's problem refuses them (e.g. a
+/// specialized variant outside its shapes, the one-CTA index past 16384 pairs) the row keeps its
+/// default plan and `refusals` counts it.
+bgmv::BgmvPlan prepare_row(const Inputs& in, const Shape& s, const bgmv::PlanOverrides& overrides,
+                           Refusals& refusals) {
+  const auto prepare = [&](const bgmv::PlanOverrides& o) {
+    return bgmv::BgmvPlan(bgmv::detail::prepare_impl(in.x, {in.a}, {in.b}, in.sorted, in.experts,
+                                                     in.loras, in.weights, s.experts, {}, o));
+  };
+  try {
+    return prepare(overrides);
+  } catch (const Error& e) {
+    if (bgmv::describe_plan_overrides(overrides).empty()) throw;
+    if (refusals.rows++ == 0) refusals.first = e.what();
+    return prepare({});
+  }
+}
+
+Row run_shape(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_buf, bool digests,
+              const bgmv::PlanOverrides& overrides, Refusals& refusals) {
   const Inputs in(s, a_buf, b_buf, x_buf);
   Row row;
   row.s = s;
   row.bytes_min = bytes_min(s, in.routing.bins_touched);
   {
-    bgmv::BgmvPlan cake = bgmv::prepare_bgmv_moe(in.x, {in.a}, {in.b}, in.sorted, in.experts,
-                                                 in.loras, in.weights, s.experts);
+    bgmv::BgmvPlan cake = prepare_row(in, s, overrides, refusals);
     row.plan = plan_label(cake);
     row.cake_us = bench.time_plan(cake);
+    if (digests) {
+      row.y_digest = digest(cake.y_accum());
+      row.rows_digest = digest(cake.shrink_out());
+    }
   }
   {
-    bgmv::detail::PrepareInternals forced;
-    forced.force_portable = true;
+    bgmv::PlanOverrides forced;
+    forced.variant = bgmv::Variant::kPortable;
     bgmv::BgmvPlan portable(bgmv::detail::prepare_impl(
         in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras, in.weights, s.experts, {}, forced));
     row.portable_us = bench.time_plan(portable);
@@ -204,20 +246,20 @@ void write_json(const std::string& path, const std::vector<Row>& rows) {
 }
 
 int run(int argc, char** argv) {
-  bool quick = false, stages = false, variants = false, specialized = false;
+  bool quick = false, variants = false, specialized = false, digests = false;
   double budget_s = 150;
   int reps = 50;
   FlushMode flush = FlushMode::kRead;
-  std::string json, only_shape, only_rows, timeline;
+  std::string json, only_shape, only_rows, override_text;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") quick = true;
-    if (arg == "--stages") stages = true;
     if (arg == "--variants") variants = true;
     if (arg == "--specialized") specialized = true;
+    if (arg == "--digest") digests = true;
     if (arg.rfind("--shape=", 0) == 0) only_shape = arg.substr(8);
     if (arg.rfind("--rows=", 0) == 0) only_rows = arg.substr(7);
-    if (arg.rfind("--timeline=", 0) == 0) timeline = arg.substr(11);
+    if (arg.rfind("--override=", 0) == 0) override_text = arg.substr(11);
     if (arg == "--flush=memset") flush = FlushMode::kMemset;
     if (arg == "--flush=none") flush = FlushMode::kNone;
     if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::stoi(arg.substr(7)));
@@ -228,11 +270,10 @@ int run(int argc, char** argv) {
     std::printf("bench_bgmv: no CUDA device, nothing to measure\n");
     return 0;
   }
+  const bgmv::PlanOverrides overrides = bgmv::parse_plan_overrides(override_text);
   Bench bench;
   bench.reps = reps;
   bench.flush_mode = flush;
-  if (stages) return run_stage_mode(bench);
-  if (!timeline.empty()) return run_timeline_mode(bench, timeline);
   if (variants) return run_variant_mode(bench, budget_s, only_shape);
   if (specialized) return run_specialized_mode(bench, budget_s);
   const auto t0 = std::chrono::steady_clock::now();
@@ -261,20 +302,33 @@ int run(int argc, char** argv) {
   }
   std::printf(
       "BGMV plan bench: graph replay, L2 flushed (%s) per rep, median of %d reps, "
-      "bf16, GB/s vs spec §14 bytes_min, roofline %.2f TB/s\n",
-      bench.flush_name(), bench.reps, kHbmTbPerS);
+      "bf16, GB/s vs spec §14 bytes_min, roofline %.2f TB/s; overrides: %s\n",
+      bench.flush_name(), bench.reps, kHbmTbPerS,
+      override_text.empty() ? "none" : bgmv::describe_plan_overrides(overrides).c_str());
   print_header();
   const TableBuffers buf(8 * 128 * 64 * 4096, 2048 * 4096);
   std::vector<Row> rows;
+  Refusals refusals;
   size_t done = 0;
   for (const Shape& s : shapes) {
     if (elapsed() > budget_s) break;
     if (!only_rows.empty() && !row_selected(only_rows, s)) continue;
-    rows.push_back(run_shape(bench, s, buf.a, buf.b, buf.x));
+    rows.push_back(run_shape(bench, s, buf.a, buf.b, buf.x, digests, overrides, refusals));
     print_row(rows.back());
+    if (digests) {
+      const Row& r = rows.back();
+      std::printf("digest %lld %lld %lld %lld %lld %lld y=%016llx rows=%016llx\n",
+                  (long long)s.hidden, (long long)s.rank, (long long)s.tokens, (long long)s.top_k,
+                  (long long)s.loras, (long long)s.experts, (unsigned long long)r.y_digest,
+                  (unsigned long long)r.rows_digest);
+    }
     ++done;
   }
   report_budget_stop(done, shapes.size(), budget_s);
+  if (refusals.rows > 0) {
+    std::printf("overrides refused on %d rows (default plan kept), first: %s\n", refusals.rows,
+                refusals.first.c_str());
+  }
   print_targets(rows);
   std::printf("total %.1f s\n", elapsed());
   if (!json.empty()) write_json(json, rows);

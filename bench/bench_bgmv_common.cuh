@@ -1,5 +1,5 @@
-// Shared pieces of the BGMV benchmark (bench_bgmv.cu and its --stages mode): the cold-L2 timing
-// loop, shapes, routing and the operands of one shape. Included by bench_bgmv.cu only.
+// Shared pieces of the BGMV benchmarks (bench_bgmv.cu, lab/bench_bgmv_stages.cu): the cold-L2
+// timing loop, shapes, routing and the operands of one shape. Included by bench_bgmv.cu only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -67,8 +67,9 @@ struct TableBuffers {
   TableBuffers& operator=(const TableBuffers&) = delete;
 };
 
-/// A plan's label in the tables: backend, variant and schedule, pipeline, shrink form and splits,
-/// PDL mode (e.g. "cake grouped f4s1 pdl0", "cake spec s1 pdl0").
+/// A plan's label in the tables: backend, variant and schedule, pipeline, shrink kind (spec form
+/// number, as in older tables) and splits, PDL mode (e.g. "cake grouped f4s1 pdl0",
+/// "cake spec s1 pdl0").
 std::string plan_label(const bgmv::BgmvPlan& plan) {
   const auto launch = plan.shrink_launch();
   return plan.backend_used() +
@@ -76,7 +77,8 @@ std::string plan_label(const bgmv::BgmvPlan& plan) {
               ? " spec s" + std::to_string(plan.schedule_id().value_or(-1))
               : "") +
          (plan.grouped() ? " grouped" : "") + (plan.order_remap() ? " remap" : "") +
-         (launch ? " f" + std::to_string(launch->form) + "s" + std::to_string(launch->splits)
+         (launch ? " f" + std::to_string(bgmv::shrink_form_number(launch->kind)) + "s" +
+                       std::to_string(launch->splits)
                  : "") +
          " pdl" + std::to_string(plan.pdl_mode());
 }
@@ -198,7 +200,7 @@ struct Shape {
   int64_t hidden, rank, tokens, top_k, loras, experts;
 };
 
-/// "H,R,T,k,L[,E]" (--rows, --timeline) into `s`, E 128 when left out; `has_experts` says whether
+/// "H,R,T,k,L[,E]" (--rows) into `s`, E 128 when left out; `has_experts` says whether
 /// it was given. False unless at least the first five fields parse.
 bool parse_shape(const std::string& text, Shape* s, bool* has_experts = nullptr) {
   long long h = 0, r = 0, t = 0, k = 0, l = 0, e = 128;

@@ -79,11 +79,13 @@ int run_variant_mode(Bench& bench, double budget_s, const std::string& only) {
         bgmv::BgmvOptions o;
         o.grouped = grouped;
         o.order_remap = remap;
-        bgmv::detail::PrepareInternals internals;
-        internals.grouped_index = index;
-        internals.variant_override = variant;
+        bgmv::PlanOverrides overrides;
+        if (index >= 0) overrides.fused_index = index == 1;
+        if (variant >= 0) {
+          overrides.variant = variant == 1 ? bgmv::Variant::kSpecialized : bgmv::Variant::kGeneric;
+        }
         return bgmv::detail::prepare_impl(in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras,
-                                          in.weights, s.experts, o, internals);
+                                          in.weights, s.experts, o, overrides);
       };
     };
     std::string label;
@@ -141,11 +143,13 @@ int run_specialized_mode(Bench& bench, double budget_s) {
     const Inputs in(s, buf.a, buf.b, buf.x);
     const auto prep = [&](int variant, int schedule) {
       return [&, variant, schedule] {
-        bgmv::detail::PrepareInternals internals;
-        internals.variant_override = variant;
-        internals.specialized_schedule = schedule;
+        bgmv::PlanOverrides overrides;
+        if (variant >= 0) {
+          overrides.variant = variant == 1 ? bgmv::Variant::kSpecialized : bgmv::Variant::kGeneric;
+        }
+        if (schedule >= 0) overrides.specialized_schedule = schedule;
         return bgmv::detail::prepare_impl(in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras,
-                                          in.weights, s.experts, bgmv::BgmvOptions(), internals);
+                                          in.weights, s.experts, bgmv::BgmvOptions(), overrides);
       };
     };
     std::string label;

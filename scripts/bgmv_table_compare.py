@@ -7,12 +7,26 @@ Rows are grouped by the plan kind of the base table (grouped by rank, per-route 
 per-route above, specialized); each group prints its row count and the geomean and range of
 OTHER / BASE. --rows=PCT also lists every row that moved by more than PCT %.
 Lines that are not table rows (headers, the summary) are ignored, so whole bench logs work.
+When both tables carry `bench_bgmv --digest` lines, the rows whose y or shrink-row digests differ
+are counted and listed (equal digests: the two trees' plans gave the same bits).
 """
 import math
 import re
 import sys
 
 ROW = re.compile(r"\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*\|(.*?)\|\s*([\d.]+)")
+DIGEST = re.compile(r"digest((?:\s+\d+){6})\s+y=([0-9a-f]+)\s+rows=([0-9a-f]+)")
+
+
+def load_digests(path):
+    """{(H, R, T, k, L, E): (y digest, rows digest)} of a `bench_bgmv --digest` log."""
+    digests = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = DIGEST.match(line)
+            if m:
+                digests[tuple(int(v) for v in m.group(1).split())] = (m.group(2), m.group(3))
+    return digests
 
 
 def load(path):
@@ -54,6 +68,13 @@ def main(argv):
         geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         print(f"{name:18s} {len(ratios):4d} rows  geomean {geomean:.3f}  "
               f"range {min(ratios):.3f}-{max(ratios):.3f}")
+    base_digests, other_digests = load_digests(args[0]), load_digests(args[1])
+    common = sorted(set(base_digests) & set(other_digests))
+    if common:
+        differ = [shape for shape in common if base_digests[shape] != other_digests[shape]]
+        print(f"digests: {len(common) - len(differ)} of {len(common)} rows bitwise equal")
+        for shape in differ:
+            print("  differs:", " ".join(map(str, shape)), base.get(shape, ("?",))[0])
     return 0
 
 

@@ -2,21 +2,25 @@
 # A/B of the BGMV benchmark on the H200 box in one device call: builds bench_bgmv from this tree
 # and from an older tree (e.g. `git archive <sha> | tar -x -C ab_old`; an untracked folder travels
 # with the working tree only if git does not ignore it, else name it in the device call's carry
-# list), then runs both tables back to back, the new one also under each
-# CAKEMOE_BGMV_GROUPED_STAGE in $AB_STAGES, and ncu of the grouped kernels at $AB_NCU_SHAPES.
+# list), then runs both tables back to back, the new one also under each override set in
+# $AB_OVERRIDES, and ncu of the grouped kernels at $AB_NCU_SHAPES.
 #
 #   scripts/gpu-bgmv-ab.sh OLD_TREE OUTDIR
 #
-# OLD_TREE "-": no old tree (only the new bench, its stages and switches).
+# OLD_TREE "-": no old tree (only the new bench and its overrides).
+# Both tables run with --digest: when the old tree's bench has it too (any tree with the commit
+# that added it), summary.txt counts the rows whose y and shrink rows are bitwise equal.
 # AB_TESTS=<gtest filter> also builds and runs the new tree's test_gpu (after the benches).
-# AB_ENVS="NAME=VALUE[,NAME=VALUE] ..." runs the new bench once more per switch set (bench_env<i>.log);
+# AB_OVERRIDES="KEY=VALUE[,KEY=VALUE] ..." runs the new bench once more per override set
+# (`bench_bgmv --override=SET`, src/bgmv/overrides.h; bench_override<i>.log), e.g.
+# AB_OVERRIDES="grouped_stage=1 grouped_stage=2";
 # AB_BENCH_ARGS (e.g. --quick) goes to every bench run. AB_NCU_SECTIONS (default "SpeedOfLight
 # Occupancy") names ncu's sections. AB_NCU_CACHE=none: ncu keeps the caches
 # between kernels (what one stage leaves in L2 for the next; default: flushed before each).
 # summary.txt also compares the tables by plan kind (scripts/bgmv_table_compare.py): new / old, and
-# each AB_ENVS table / new. Files in OUTDIR: summary.txt, bench_old.log, bench_new.log,
-# bench_stage<S>.log, bench_env<i>.log, ncu_<i>.txt, tests.log (at most 8 come back: keep
-# AB_STAGES, AB_ENVS and AB_NCU_SHAPES short). Build logs stay in build-ab-{new,old}.log (their
+# each AB_OVERRIDES table / new. Files in OUTDIR: summary.txt, bench_old.log, bench_new.log,
+# bench_override<i>.log, ncu_<i>.txt, tests.log (at most 8 come back: keep AB_OVERRIDES and
+# AB_NCU_SHAPES short). Build logs stay in build-ab-{new,old}.log (their
 # tails go to summary.txt on failure).
 set -uo pipefail
 # shellcheck source=scripts/common.sh
@@ -51,27 +55,24 @@ echo "builds: $SECONDS s" >>"$summary"
 new_bench="$CAKEMOE_ROOT/build-ab-new/bench/bench_bgmv"
 old_bench="$CAKEMOE_ROOT/build-ab-old/bench/bench_bgmv"
 # shellcheck disable=SC2086  # AB_BENCH_ARGS is a list of arguments
-[[ "$old" == "-" ]] || timeout 90 "$old_bench" --reps=30 ${AB_BENCH_ARGS:-} >"$out/bench_old.log" 2>&1
+[[ "$old" == "-" ]] ||
+  timeout 90 "$old_bench" --reps=30 --digest ${AB_BENCH_ARGS:-} >"$out/bench_old.log" 2>&1
 # shellcheck disable=SC2086
-timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} >"$out/bench_new.log" 2>&1
-for s in ${AB_STAGES:-}; do
-  # shellcheck disable=SC2086
-  CAKEMOE_BGMV_GROUPED_STAGE=$s timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} \
-    >"$out/bench_stage$s.log" 2>&1
-done
+timeout 90 "$new_bench" --reps=30 --digest ${AB_BENCH_ARGS:-} >"$out/bench_new.log" 2>&1
 compare="$CAKEMOE_ROOT/scripts/bgmv_table_compare.py"
 if [[ "$old" != "-" ]]; then
   { echo "new / old by plan kind (rows that moved > 4 % listed):"
     python3 "$compare" "$out/bench_old.log" "$out/bench_new.log" --rows=4; } >>"$summary"
 fi
 e=0
-for assignment in ${AB_ENVS:-}; do  # NAME=VALUE: the new bench again with that switch
+for assignment in ${AB_OVERRIDES:-}; do  # KEY=VALUE[,...]: the new bench again with that override
   e=$((e + 1))
-  echo "$assignment" >"$out/bench_env$e.log"
+  echo "$assignment" >"$out/bench_override$e.log"
   # shellcheck disable=SC2086
-  env ${assignment//,/ } timeout 90 "$new_bench" --reps=30 ${AB_BENCH_ARGS:-} >>"$out/bench_env$e.log" 2>&1
-  { echo "$assignment / new:"; python3 "$compare" "$out/bench_new.log" "$out/bench_env$e.log"; } \
-    >>"$summary"
+  timeout 90 "$new_bench" --reps=30 --override="$assignment" ${AB_BENCH_ARGS:-} \
+    >>"$out/bench_override$e.log" 2>&1
+  { echo "$assignment / new:"
+    python3 "$compare" "$out/bench_new.log" "$out/bench_override$e.log"; } >>"$summary"
 done
 i=0
 ncu_sections=""

@@ -9,17 +9,16 @@
 #   scripts/gpu-bgmv-perf.sh OUTDIR [--variants] [--no-ncu] [--no-bench] [--sanitize=FILTER]
 #                            [--ncu-shapes="H,R,T,k,L H,R,T,k,L"]
 #                            [--ncu-source="KERNEL_REGEX@H,R,T,k,L[,E] ..."]
-#                            [--sweep="NAME=VALUE[,NAME=VALUE] ..."] [--no-tests]
-#                            [--timeline="H,R,T,k,L[,E] ..."]
+#                            [--sweep="KEY=VALUE[,KEY=VALUE] ..."] [--no-tests]
 #
-# --timeline: a second build configured with -DCAKEMOE_BGMV_TIMELINE=ON (bench only) and
-# `bench_bgmv --timeline=ROW` for each row into timeline.log: per-CTA event stamps of the row's
-# Cake and portable per-route kernels (bench/bench_bgmv_timeline.cuh).
+# The stage table (stages.log) is the lab binary bench/lab/bench_bgmv_stages.cu, built here too.
 #
-# --sweep: the table again under each switch set, all into sweep.log ("==== SET" before each),
-# each compared with the default table by plan kind in summary.txt (scripts/bgmv_table_compare.py;
-# rows that moved > 4 % listed). --sweep=defaults: every BGMV A/B switch one way (re-measures the
-# plan's defaults, e.g. after a kernel change: session 18 found the fused stage behind that way).
+# --sweep: the table again under each override set (`bench_bgmv --override=SET`, PlanOverrides'
+# text form: src/bgmv/overrides.h, docs/decisions/bgmv-overrides.md), all into sweep.log ("====
+# SET" before each), each compared with the default table by plan kind in summary.txt
+# (scripts/bgmv_table_compare.py; rows that moved > 4 % listed). --sweep=defaults: every override
+# one way (re-measures the plan's defaults, e.g. after a kernel change: a stale default shows as an
+# override that wins a plan kind).
 # --ncu-source: per entry, the first launch matching KERNEL_REGEX in that table row (bench_bgmv
 # --rows: the row's Cake plan, then its portable plan, e.g. 'portable_expand@3072,16,1,8,8')
 # under ncu's full set with source counters, the details page and the per-instruction SASS view
@@ -44,7 +43,6 @@ ncu_shapes="3072,32,1024,2,8 3072,32,1024,2,4"
 ncu_source=""
 sweep=""
 tests_on=1
-timeline=""
 for arg in "$@"; do
   case "$arg" in
     --variants) variants=1 ;;
@@ -55,7 +53,6 @@ for arg in "$@"; do
     --ncu-source=*) ncu_source="${arg#--ncu-source=}" ;;
     --sweep=*) sweep="${arg#--sweep=}" ;;
     --no-tests) tests_on=0 ;;
-    --timeline=*) timeline="${arg#--timeline=}" ;;
     -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     -*) cakemoe_log "unknown argument: $arg"; exit 2 ;;
     *) out="$arg" ;;
@@ -92,14 +89,14 @@ step() {
   return "$rc"
 }
 
-# The default build serves every step but --timeline (which has its own): skip it when nothing
-# else runs (e.g. --no-tests --no-ncu --no-bench --timeline=...).
 if ((tests_on || bench_on || variants || ncu_on)) || [[ -n "$sanitize_filter$sweep$ncu_source" ]]; then
   if ! step configure "$out/build.log" 120 \
          bash -c "source '$CAKEMOE_ROOT/scripts/common.sh'; cakemoe_configure '$build' all \
                   -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON \
                   ${ncu_source:+-DCMAKE_CUDA_FLAGS=-lineinfo}" ||
-     ! step build "$out/build.log" 300 cmake --build "$build" -j "$(nproc)"; then
+     ! step build "$out/build.log" 300 cmake --build "$build" -j "$(nproc)" ||
+     ! step "build stages" "$out/build.log" 120 cmake --build "$build" -j "$(nproc)" \
+         --target bench_bgmv_stages; then
     tail -n 30 "$out/build.log"
     cat "$summary"
     exit 1
@@ -122,21 +119,16 @@ if [[ -n "$sanitize_filter" ]]; then
 fi
 if ((bench_on)); then
   step bench "$out/bench.log" 90 "$bench" --reps=30
-  step stages "$out/stages.log" 60 "$bench" --stages --reps=30
+  step stages "$out/stages.log" 60 "$build/bench/bench_bgmv_stages" --reps=30
 fi
-if [[ "$sweep" == defaults ]]; then  # every on-by-default or picked A/B switch, one way each
-  sweep="CAKEMOE_BGMV_GROUPED_STAGE=0 CAKEMOE_BGMV_GROUPED_STAGE=1 CAKEMOE_BGMV_GROUPED_STAGE=2
-    CAKEMOE_BGMV_EXPAND_MMA=0 CAKEMOE_BGMV_EXPAND_MMA=1 CAKEMOE_BGMV_EXPAND_TILES=1
-    CAKEMOE_BGMV_EXPAND_TILES=4 CAKEMOE_BGMV_EXPAND_COLS=1 CAKEMOE_BGMV_EXPAND_COLS=2
-    CAKEMOE_BGMV_L2_HINTS=0 CAKEMOE_BGMV_TILE_MAJOR=0 CAKEMOE_BGMV_PACKED_ROUTES=0
-    CAKEMOE_BGMV_INDEX_SMEM_SCATTER=0 CAKEMOE_BGMV_PREWAIT=0 CAKEMOE_BGMV_PDL=0 CAKEMOE_BGMV_PDL=1
-    CAKEMOE_BGMV_PDL=2 CAKEMOE_BGMV_SCHEDULE=0 CAKEMOE_BGMV_SCHEDULE=1 CAKEMOE_BGMV_SCHEDULE=2
-    CAKEMOE_BGMV_VARIANT=generic"
+if [[ "$sweep" == defaults ]]; then  # every override, one way each
+  sweep="grouped_stage=0 grouped_stage=1 grouped_stage=2 fused_index=0 packed_routes=0
+    launch_pdl_mode=0 launch_pdl_mode=1 launch_pdl_mode=2 generic_schedule=0 generic_schedule=1
+    generic_schedule=2 variant=generic variant=specialized"
 fi
-for assignment in $sweep; do  # NAME=VALUE[,NAME=VALUE]: the table under that switch set
+for assignment in $sweep; do  # KEY=VALUE[,KEY=VALUE]: the table under that override set
   : >"$tmp/sweep_table.log"
-  # shellcheck disable=SC2086
-  step "sweep $assignment" "$tmp/sweep_table.log" 60 env ${assignment//,/ } "$bench" --reps=30
+  step "sweep $assignment" "$tmp/sweep_table.log" 60 "$bench" --reps=30 --override="$assignment"
   { echo "==== $assignment"; cat "$tmp/sweep_table.log"; } >>"$out/sweep.log"
   if [[ -f "$out/bench.log" ]]; then  # this set's table against the default one, by plan kind
     { echo "sweep $assignment / default:"
@@ -144,19 +136,6 @@ for assignment in $sweep; do  # NAME=VALUE[,NAME=VALUE]: the table under that sw
         "$tmp/sweep_table.log" --rows=4; } >>"$summary"
   fi
 done
-if [[ -n "$timeline" ]]; then
-  tl_build="${build}-timeline"
-  if step "timeline build" "$out/build.log" 300 \
-       bash -c "source '$CAKEMOE_ROOT/scripts/common.sh'; cakemoe_configure '$tl_build' all \
-                -DCAKEMOE_BUILD_TESTS=OFF -DCAKEMOE_BUILD_BENCH=ON -DCAKEMOE_HEADER_CHECK=OFF \
-                -DCAKEMOE_BGMV_TIMELINE=ON && cmake --build '$tl_build' -j $(nproc) --target bench_bgmv"; then
-    for row in $timeline; do
-      echo "==== $row" >>"$out/timeline.log"
-      step "timeline $row" "$out/timeline.log" 60 "$tl_build/bench/bench_bgmv" --timeline="$row" \
-        --reps=20
-    done
-  fi
-fi
 if ((variants)); then
   step variants "$out/variants.log" 200 "$bench" --variants --reps=30 --budget=170
 fi

@@ -5,7 +5,8 @@
 #   scripts/test.sh [extra ctest arguments...]
 #
 # Environment: CAKEMOE_BUILD_DIR (default build), CAKEMOE_JOBS (default 2),
-# CAKEMOE_WITH_CUDA (default ON when nvcc is found), CAKEMOE_KERNELS (default ci).
+# CAKEMOE_WITH_CUDA (default ON when nvcc is found), CAKEMOE_KERNELS (default ci, or all when a
+# GPU is present).
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -16,7 +17,10 @@ start=$SECONDS
 
 bash "$CAKEMOE_ROOT/scripts/setup-deps.sh"
 cakemoe_cuda_path
-cakemoe_configure "$build" "${CAKEMOE_KERNELS:-ci}"
+# NOTE: a GPU runs the GPU tests, which need every unit; CI without one builds the ci set.
+kernels="${CAKEMOE_KERNELS:-ci}"
+if [[ -z "${CAKEMOE_KERNELS:-}" ]] && cakemoe_has_gpu; then kernels=all; fi
+cakemoe_configure "$build" "$kernels"
 cakemoe_build "$build" "$jobs"
 built=$SECONDS
 cakemoe_log "configure + build: $((built - start)) s"

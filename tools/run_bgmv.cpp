@@ -117,12 +117,13 @@ bool run_bgmv(const RunOptions& options) {
       options.gpu ? "GPU" : "CPU reference backend", static_cast<long long>(c.top_k));
   std::printf(
       "shape T=%lld H=%lld R=%lld L=%lld E=%lld P=%lld | backend=%s variant=%s "
-      "shrink=(form %d, splits %d) grouped=%d mma=%d remap=%d pdl=%d\n",
+      "shrink=(%s, splits %d) grouped=%d mma=%d remap=%d pdl=%d\n",
       static_cast<long long>(c.tokens), static_cast<long long>(c.hidden),
       static_cast<long long>(c.rank), static_cast<long long>(c.loras),
       static_cast<long long>(c.experts), static_cast<long long>(pairs), plan.backend_used().c_str(),
-      plan.variant().c_str(), launch ? launch->form : -1, launch ? launch->splits : -1,
-      plan.grouped(), plan.grouped_mma(), plan.order_remap(), plan.pdl_mode());
+      plan.variant().c_str(), launch ? bgmv::shrink_kind_name(launch->kind) : "none",
+      launch ? launch->splits : -1, plan.grouped(), plan.grouped_mma(), plan.order_remap(),
+      plan.pdl_mode());
   std::printf(
       "run %.3f ms (host clock, one run) | vs fp64 oracle: rel_frob=%.3e max_abs=%.3e "
       "within(1e-2,1e-2)=%.2f%% %s\n",

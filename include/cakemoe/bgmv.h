@@ -25,12 +25,61 @@ struct BgmvOptions {
   std::optional<bool> order_remap;  ///< unset: heuristic (spec §6)
 };
 
-/// Shrink launch shape of the generic Cake variant: (form, splits) (spec §4.1). Forms: 0 a
-/// 2-stage cp.async ring, 2 a 3-stage ring, 3 four k tiles per trip through registers, 4 one k
-/// tile per trip through registers, 5 / 6 form 3 over 4 / 2 rank rows per CTA (one split); the
-/// bits depend on splits only.
+/// How the generic Cake shrink streams x and A (spec §4.1's forms, with cakemoe's register
+/// forms). Every kind gives the same bits for the same splits.
+enum class ShrinkKind : int32_t {
+  kRing2Stage,            ///< spec form 0: a 2-stage cp.async ring in shared memory
+  kRing3Stage,            ///< spec form 2: a 3-stage ring ("deep ring")
+  kRegisters,             ///< four k tiles per trip through registers, 8 rank rows per CTA
+  kRegistersOneTile,      ///< one k tile per trip (few registers, many CTAs per SM)
+  kRegistersHalfBlock,    ///< kRegisters over 4 rank rows per CTA (one split)
+  kRegistersQuarterBlock  ///< kRegisters over 2 rank rows per CTA (one split)
+};
+
+/// "ring2", "ring3", "registers", "registers_one_tile", "registers_half_block",
+/// "registers_quarter_block".
+inline const char* shrink_kind_name(ShrinkKind kind) {
+  switch (kind) {
+    case ShrinkKind::kRing2Stage:
+      return "ring2";
+    case ShrinkKind::kRing3Stage:
+      return "ring3";
+    case ShrinkKind::kRegisters:
+      return "registers";
+    case ShrinkKind::kRegistersOneTile:
+      return "registers_one_tile";
+    case ShrinkKind::kRegistersHalfBlock:
+      return "registers_half_block";
+    case ShrinkKind::kRegistersQuarterBlock:
+      return "registers_quarter_block";
+  }
+  return "unknown";
+}
+
+/// The form number of spec §1's `shrink_launch = (form, splits)` attribute (the Python plan
+/// reports it): 0 and 2 are the spec's rings, 3-6 cakemoe's register kinds in the order above.
+inline int shrink_form_number(ShrinkKind kind) {
+  switch (kind) {
+    case ShrinkKind::kRing2Stage:
+      return 0;
+    case ShrinkKind::kRing3Stage:
+      return 2;
+    case ShrinkKind::kRegisters:
+      return 3;
+    case ShrinkKind::kRegistersOneTile:
+      return 4;
+    case ShrinkKind::kRegistersHalfBlock:
+      return 5;
+    case ShrinkKind::kRegistersQuarterBlock:
+      return 6;
+  }
+  return -1;
+}
+
+/// Shrink launch of the generic Cake variant (spec §4.1): its kind and hidden splits; the bits
+/// depend on splits only.
 struct ShrinkLaunch {
-  int form = 0;
+  ShrinkKind kind = ShrinkKind::kRing2Stage;
   int splits = 1;
 };
 
@@ -50,7 +99,7 @@ class BgmvPlan {
   std::optional<ShrinkLaunch> shrink_launch() const;
   bool grouped() const;
   bool order_remap() const;
-  /// The grouped pipeline's expand runs on tensor cores (CUDA, ranks 32 and 64 by default): its
+  /// The grouped pipeline's expand runs on tensor cores (CUDA, ranks 32 and 64): its
   /// per-route partials equal the canonical order's within fp32 rounding, not bit for bit, so y
   /// is within 1e-5 of the CPU engine's (spec §3.2 holds grouped to that); replays stay bitwise
   /// identical. False when not grouped or on the CPU engine.

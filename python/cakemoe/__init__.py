@@ -166,7 +166,10 @@ class BgmvPlan:
     # Spec bgmv §1's plan attributes, read from the C++ plan.
     backend_used = property(lambda self: self._core.backend_used, doc='"cake" | "portable" | "cpu_reference"')
     variant = property(lambda self: self._core.variant, doc='"generic" | "specialized" | "portable"')
-    shrink_launch = property(lambda self: self._core.shrink_launch, doc="(form, splits) or None")
+    shrink_launch = property(
+        lambda self: self._core.shrink_launch,
+        doc="(form, splits) or None; forms in spec §1 numbering: 0 / 2 rings, 3-6 register kinds",
+    )
     grouped = property(lambda self: self._core.grouped)
     grouped_mma = property(
         lambda self: self._core.grouped_mma,

@@ -158,7 +158,8 @@ NB_MODULE(_cakemoe, m) {
                    [](const bgmv::BgmvPlan& plan) -> std::optional<std::pair<int, int>> {
                      const auto launch = plan.shrink_launch();
                      if (!launch) return std::nullopt;
-                     return std::make_pair(launch->form, launch->splits);
+                     // spec §1: (form, splits), the form in the spec's numbering
+                     return std::make_pair(bgmv::shrink_form_number(launch->kind), launch->splits);
                    })
       .def_prop_ro("grouped", &bgmv::BgmvPlan::grouped)
       .def_prop_ro("grouped_mma", &bgmv::BgmvPlan::grouped_mma)

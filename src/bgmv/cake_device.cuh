@@ -120,67 +120,6 @@ CAKEMOE_DEVICE void discard_l2_line(const void* gmem) {
   asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(gmem) : "memory");
 }
 
-// ---- Timeline builds (CAKEMOE_BGMV_TIMELINE, bench_bgmv --timeline) ----------------------------
-
-/// Events per CTA and words per event (globaltimer ns, clock64, SM id) of a timeline buffer.
-constexpr int kTimelineEvents = 7;
-constexpr int kTimelineWords = 3;
-
-/// Timeline builds only: XOR of a register's (or a register array's) bits, a use that makes the
-/// compiler wait until the load that produced it has landed.
-CAKEMOE_DEVICE uint32_t timeline_bits(uint32_t v) { return v; }
-CAKEMOE_DEVICE uint32_t timeline_bits(int v) { return static_cast<uint32_t>(v); }
-CAKEMOE_DEVICE uint32_t timeline_bits(const uint4& v) { return v.x ^ v.y ^ v.z ^ v.w; }
-template <class T, int kN>
-CAKEMOE_DEVICE uint32_t timeline_bits(const T (&v)[kN]) {
-  uint32_t all = 0;
-#pragma unroll
-  for (int n = 0; n < kN; ++n) all ^= timeline_bits(v[n]);
-  return all;
-}
-
-/// Timeline builds only: waits until every register of `v` (an array of uint4 or 32-bit values,
-/// one or two dimensions) has landed, so the next stamp says when those loads completed.
-template <class T, int kN>
-CAKEMOE_DEVICE void timeline_wait_for(const T (&v)[kN]) {
-#if defined(CAKEMOE_BGMV_TIMELINE) && defined(__CUDA_ARCH__)
-  asm volatile("" ::"r"(timeline_bits(v)));
-#else
-  (void)v;
-#endif
-}
-
-/// The linear block index (the CTA slot of timeline_stamp).
-CAKEMOE_DEVICE unsigned long long timeline_cta() {
-  return blockIdx.x + static_cast<unsigned long long>(gridDim.x) *
-                          (blockIdx.y + static_cast<unsigned long long>(gridDim.y) * blockIdx.z);
-}
-
-/// Thread 0 of the CTA records event `event` into CTA slot `cta` of `tl`. Compiled to nothing
-/// unless CAKEMOE_BGMV_TIMELINE is defined.
-CAKEMOE_DEVICE void timeline_stamp_at(unsigned long long* tl, unsigned long long cta, int event) {
-#if defined(CAKEMOE_BGMV_TIMELINE) && defined(__CUDA_ARCH__)
-  if (tl == nullptr || threadIdx.x != 0) return;
-  unsigned long long ns;
-  unsigned sm;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  unsigned long long* slot = tl + (cta * kTimelineEvents + event) * kTimelineWords;
-  slot[0] = ns;
-  slot[1] = static_cast<unsigned long long>(clock64());
-  slot[2] = sm;
-#else
-  (void)tl;
-  (void)cta;
-  (void)event;
-#endif
-}
-
-/// Thread 0 of the CTA records event `event` of its own CTA (slot timeline_cta()) into `tl`.
-CAKEMOE_DEVICE void timeline_stamp(unsigned long long* tl, int event) {
-  timeline_stamp_at(tl, timeline_cta(), event);
-}
-
 // ---- Programmatic dependent launch (spec §4.4) --------------------------------------------------
 
 /// Lets the dependent grid (the expand) start launching. No-op without a dependent.

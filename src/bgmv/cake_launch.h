@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cakemoe/bgmv.h"
+
 namespace cakemoe {
 namespace bgmv {
 
@@ -32,26 +34,18 @@ struct CakeParams {
   /// Order remap (spec §6): shrink CTA x computes pair order[x]; nullptr = identity.
   const int32_t* order = nullptr;
   int64_t T = 0, H = 0, R = 0, P = 0, L = 0, E = 0;
-  /// shrink: 0 = 2-stage ring, 2 = 3-stage ring, 3 = registers with 4 k tiles per trip,
-  /// 4 = registers with 1 k tile per trip, 5 / 6 = form 3 over 4 / 2 rank rows per CTA (one
-  /// split only) (no form 1)
-  int form = 0;
+  /// How the shrink streams x and A (ShrinkKind; half / quarter blocks take one split only).
+  ShrinkKind shrink = ShrinkKind::kRing2Stage;
   int splits = 1;  ///< hidden splits of the shrink (spec §4.2), 1..8
   /// expand (R/8 lanes per column): 0 = 64 threads x 64/(R/8) columns, one column lane each;
   /// 1 = 128 threads x 128 columns, R/8 column lanes each; 2 = 128 threads x 128/(R/8) columns,
   /// one column lane each, 8 routes per batch (decode)
   int schedule_id = 0;
   int pdl_mode = 0;  ///< spec §4.4: 0 plain, 1 early trigger, 2 late trigger
-  /// 1: the expand stages the contiguous pair before its wait where it applies (expand_cake.cuh,
-  /// enum Prewait: P > 256 and P == 2T); 0: never (CAKEMOE_BGMV_PREWAIT=0, A/B runs). Same bits.
-  int prewait = 1;
-  /// Timeline builds only (CAKEMOE_BGMV_TIMELINE): per-CTA event stamps of the shrink and the
-  /// expand (cake_device.cuh timeline_stamp); nullptr: none.
-  unsigned long long* timeline_shrink = nullptr;
-  unsigned long long* timeline_expand = nullptr;
 };
 
-/// Shrink: grid (P, R/8, splits) x 128 threads (forms 5 / 6: R/4 or R/2 blocks, one split). Writes
+/// Shrink: grid (P, R/8, splits) x 128 threads (half / quarter blocks: R/4 or R/2 blocks, one
+/// split). Writes
 /// shrink_out and publishes routes (§3.3).
 void launch_cake_shrink(const CakeParams& params, void* stream);
 /// Expand: grid (T, ceil(H / cols)). With pdl_mode != 0 it is launched as a programmatic
@@ -81,9 +75,6 @@ struct PortableParams {
   /// 1 (compute capability >= 9.0): the expand is a programmatic dependent of the shrink and
   /// reads its indices and B before it waits for the shrink rows.
   int pdl = 0;
-  /// Timeline builds only (CAKEMOE_BGMV_TIMELINE): per-CTA event stamps; nullptr: none.
-  unsigned long long* timeline_shrink = nullptr;
-  unsigned long long* timeline_expand = nullptr;
 };
 
 /// shrink (which also writes the rows of pairs without a LoRA and zeroes y) + weighted expand

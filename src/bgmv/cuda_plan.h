@@ -42,6 +42,8 @@ class CudaPlan {
   void close();
   /// Enqueues the launch sequence on `stream` (no graph); used by run().
   void enqueue(Stream stream) const;
+  /// The operands set at prepare (nullptr before set_launch); benches replay single stages.
+  const Launch* launch() const { return launch_.get(); }
 
  private:
   void destroy_graph() noexcept;

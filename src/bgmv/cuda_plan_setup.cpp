@@ -1,10 +1,7 @@
 // Prepare-time setup of CUDA plans (spec bgmv §1, §5, §6, §8, §9): device facts, device
 // workspaces, and the launch operands of the chosen sequence. Runs once per plan; may allocate
 // and synchronise (run() never does).
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 
@@ -73,8 +70,6 @@ void fill_portable(const BgmvPlan::Impl& impl, PortableParams& pp) {
   pp.P = s.num_pairs;
   pp.L = s.num_loras;
   pp.E = s.num_experts;
-  pp.timeline_shrink = impl.timeline_shrink;
-  pp.timeline_expand = impl.timeline_expand;
 }
 
 void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
@@ -90,79 +85,9 @@ void fill_cake(const BgmvPlan::Impl& impl, CakeParams& cp) {
   cp = cake_params(impl);
 }
 
-// The digit an A/B switch holds when it is exactly one character of `allowed`, else -1.
-int digit_from_env(const char* name, const char* allowed) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || env[0] == '\0' || env[1] != '\0' ||
-      std::strchr(allowed, env[0]) == nullptr) {
-    return -1;
-  }
-  return env[0] - '0';
-}
-
-// CAKEMOE_BGMV_GROUPED_STAGE=0|1|2 replaces the grouped shrink's form (A/B runs of the
-// benchmark; the bits do not depend on it), capped at the largest staging that fits H (the
-// shared memory of 1 and 2 grows with it); `chosen` without it.
-int grouped_stage_from_env(int chosen, int64_t num_pairs, int64_t hidden) {
-  const int forced = digit_from_env("CAKEMOE_BGMV_GROUPED_STAGE", "012");
-  return forced < 0 ? chosen : std::min(grouped_geometry(num_pairs, hidden, 0).stage, forced);
-}
-
-// An on-by-default A/B switch (the bits do not depend on it): 0 when `name` is "0", else 1.
-// CAKEMOE_BGMV_PREWAIT=0: the expand never stages the contiguous pair before its wait
-// (CakeParams::prewait). CAKEMOE_BGMV_L2_HINTS=0: the grouped pipeline's plain loads and stores
-// (GroupedParams::l2_hints). CAKEMOE_BGMV_PACKED_ROUTES=0: sorted_routes holds pair ids alone
-// (GroupedParams::packed_routes). CAKEMOE_BGMV_TILE_MAJOR=0: the grouped shrink's (tile, rank
-// block) grid instead of the tile-major one (GroupedParams::shrink_tile_major).
-// CAKEMOE_BGMV_INDEX_SMEM_SCATTER=0: the one-CTA index stores sorted_routes scattered
-// (GroupedParams::index_smem_scatter).
-int switch_from_env(const char* name) {
-  const char* env = std::getenv(name);
-  return env != nullptr && env[0] == '0' && env[1] == '\0' ? 0 : 1;
-}
-
-// CAKEMOE_BGMV_PDL=0|1|2 replaces the per-route pair's launch PDL mode (A/B runs; spec §4.4's
-// reported pdl_mode and the bits do not depend on it).
-int pdl_mode_from_env(int chosen) {
-  const int forced = digit_from_env("CAKEMOE_BGMV_PDL", "012");
-  return forced >= 0 ? forced : chosen;
-}
-
-// CAKEMOE_BGMV_EXPAND_TILES=1|2|4 replaces the grouped expand's tiles per CTA (A/B runs; the
-// bits do not depend on it).
-int grouped_expand_tiles_from_env(int chosen) {
-  const int forced = digit_from_env("CAKEMOE_BGMV_EXPAND_TILES", "124");
-  return forced >= 0 ? forced : chosen;
-}
-
-// Two columns per grouped-expand thread where built (ranks <= 32, 2 tiles per CTA; H200:
-// 0.91-0.99 on those grouped rows, session 14); CAKEMOE_BGMV_EXPAND_COLS=1 keeps one (A/B runs;
-// the bits do not depend on it).
-// At rank 64 (a column pair per thread pair) from 4096 pairs (H200, session 15, H 4096 rows:
-// 0.94-0.97 at 6144-16384 pairs, 0.99-1.00 at 3072-4096, 1.04-1.07 at 1536-2048 where a tile
-// holds 1-2 routes), bf16 only (the fp16 instance spills 24 bytes against bf16's 4 and was not
-// measured), or forced with CAKEMOE_BGMV_EXPAND_COLS=2.
-int grouped_expand_cols_from_env(int64_t rank, int tiles, int64_t pairs, DType dtype) {
-  const int forced = digit_from_env("CAKEMOE_BGMV_EXPAND_COLS", "12");
-  if (tiles != 2 || forced == 1) return 1;
-  if (rank <= 32 || forced == 2) return 2;
-  return rank == 64 && dtype == DType::kBF16 && pairs >= kGroupExpandPairColsMinPairs ? 2 : 1;
-}
-
-// The two-kernel grouped expand on tensor cores at ranks 32 and 64 (H200, session 16: rank 32
-// rows 0.94-0.99, rank 64 0.82-0.93 against the SIMT expand; rank 16 lost 1.01-1.05, rank 8 has
-// no instance); CAKEMOE_BGMV_EXPAND_MMA=0 / 1 forces it off / on (ranks >= 16) for A/B runs.
-int grouped_expand_mma_from_env(int64_t rank) {
-  const int forced = digit_from_env("CAKEMOE_BGMV_EXPAND_MMA", "01");
-  if (rank < 16 || forced == 0) return 0;
-  return forced == 1 || rank == 32 || rank == 64 ? 1 : 0;
-}
-
 void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   const ProblemShape& s = impl.shape;
-  GroupedGeometry geo = grouped_geometry(s.num_pairs, s.hidden, impl.grouped_index_override,
-                                         s.num_loras * s.num_experts);
-  geo.stage = grouped_stage_from_env(geo.stage, s.num_pairs, s.hidden);
+  const GroupedGeometry& geo = impl.choice.geometry;
   const GroupedWorkspace gw =
       grouped_workspace(s.num_pairs, s.num_tokens, s.num_loras, s.num_experts, s.hidden);
   impl.group_workspace = device_zeros({gw.int_words}, DType::kInt32, s.device);
@@ -192,26 +117,9 @@ void fill_grouped(BgmvPlan::Impl& impl, CudaPlan::Launch& launch, Arch arch) {
   g.max_tiles = static_cast<int>(gw.max_tiles);
   g.fused_index = geo.fused_index ? 1 : 0;
   g.stage = geo.stage;
-  g.pdl = arch == Arch::kSm90a || is_blackwell(arch) ? 1 : 0;
-  g.expand_tiles = grouped_expand_tiles_from_env(kGroupExpandTiles);
-  g.expand_cols = grouped_expand_cols_from_env(s.rank, g.expand_tiles, s.num_pairs, s.dtype);
-  g.expand_mma = grouped_expand_mma_from_env(s.rank);
-  impl.grouped_mma = g.expand_mma != 0;
-  g.last_stage = impl.grouped_last_stage;
-  g.l2_hints = switch_from_env("CAKEMOE_BGMV_L2_HINTS");
-  g.shrink_tile_major = switch_from_env("CAKEMOE_BGMV_TILE_MAJOR");
-  g.index_smem_scatter = switch_from_env("CAKEMOE_BGMV_INDEX_SMEM_SCATTER");
-  // NOTE: 16 bits of pair id and 15 of token in one int32 (spec §5's P ranges up to 2^20 on the
-  // hist / scan / scatter path; those plans keep pair ids alone).
-  g.packed_routes = switch_from_env("CAKEMOE_BGMV_PACKED_ROUTES") != 0 && s.num_pairs <= 65536 &&
-                            s.num_tokens <= 32768
-                        ? 1
-                        : 0;
-  // NOTE: a discarded line must hold one route's partials only: rows of H floats start on a
-  // 128-byte line when H % 32 == 0 (the buffer itself is 256-byte aligned).
-  g.discard_partials = g.l2_hints != 0 && s.hidden % 32 == 0 ? 1 : 0;
-  g.timeline_front = impl.timeline_shrink;
-  g.timeline_back = impl.timeline_expand;
+  g.pdl = 1;  // every Cake architecture (SM90, SM100, SM103) has programmatic dependent launch
+  g.packed_routes = geo.packed_routes ? 1 : 0;
+  g.discard_partials = geo.discard_partials ? 1 : 0;
   launch.grouped_launcher =
       reinterpret_cast<GroupedLauncher>(unit_or_throw("grouped", dtype_name(s.dtype), arch).launch);
 }
@@ -277,13 +185,11 @@ CakeParams cake_params(const BgmvPlan::Impl& impl) {
   cp.P = s.num_pairs;
   cp.L = s.num_loras;
   cp.E = s.num_experts;
-  cp.form = c.shrink_launch ? c.shrink_launch->form : 0;  // unset for the specialized variant
+  // NOTE: the specialized variant has no shrink_launch (spec §1); its unit ignores the kind.
+  cp.shrink = c.shrink_launch ? c.shrink_launch->kind : ShrinkKind::kRing2Stage;
   cp.splits = c.shrink_splits;
   cp.schedule_id = c.schedule_id.value_or(0);
-  cp.pdl_mode = pdl_mode_from_env(c.launch_pdl_mode);
-  cp.prewait = switch_from_env("CAKEMOE_BGMV_PREWAIT");
-  cp.timeline_shrink = impl.timeline_shrink;
-  cp.timeline_expand = impl.timeline_expand;
+  cp.pdl_mode = c.launch_pdl_mode;
   return cp;
 }
 

@@ -30,20 +30,40 @@ enum RouteMode : int { kNoRoutes = 0, kRouteList = 1, kSerialScan = 2, kStagedPa
 ///   registers, the next kL2PrefetchRoutes routes' B into L2; else the contiguous pair's B into L2.
 /// - kPrewaitPair: P > kScanPairs and P == 2T: pairs 2t, 2t + 1 (weights, B offsets, first batch
 ///   of B in registers) when both hold t; the route index after the wait only confirms nothing
-///   else was published for t (top-2 contiguous layout at T >= 129; H200: -10-15 % at T 256 /
-///   512, bench/NOTES.md "BGMV session 7").
+///   else was published for t (top-2 contiguous layout at T >= 129; measured -10-15 % at T 256 /
+///   512 on SM90, bench/results/*_d23c9a3_*).
 enum Prewait : int { kPrewaitBatch = 0, kPrewaitPair = 1 };
 
 /// CTA shape of one expand instance: kThreads threads, each owning kItems (column, lane) slots
 /// spaced kThreads / G columns apart, and loading kBatch routes' B vectors before its FMAs.
-template <int kRank, int kThreads, int kItems, int kBatch>
+template <int kRankArg, int kThreadsArg, int kItemsArg, int kBatchArg>
 struct ExpandShape {
+  static constexpr int kRank = kRankArg;
+  static constexpr int kThreads = kThreadsArg;
+  static constexpr int kItems = kItemsArg;
+  static constexpr int kBatch = kBatchArg;
   static constexpr int kGroups = kRank / 8;              // lanes per column
   static constexpr int kColStride = kThreads / kGroups;  // columns per item row
   static constexpr int kCols = kItems * kColStride;      // columns per CTA
   static_assert(kGroups >= 1 && kGroups <= 8 && kWarp % kGroups == 0, "rank 8..64");
   static_assert(kThreads % kWarp == 0 && kBatch >= 1, "whole warps");
 };
+
+/// Routes per batch of the wide schedule: 2 at ranks 8 / 16 (so the kernel fits 64 registers,
+/// 8 CTAs per SM), else 8 B vectors in flight per thread (8 / G routes, at least 1).
+constexpr int wide_expand_batch(int rank) {
+  return rank / 8 <= 2 ? 2 : (8 / (rank / 8) < 1 ? 1 : 8 / (rank / 8));
+}
+/// The generic expand schedules (CakeParams::schedule_id; expand_launch.cuh says where each runs).
+/// 0, narrow: 64 threads, one (column, lane) slot each, 4 routes per batch.
+template <int kRank>
+using NarrowExpand = ExpandShape<kRank, 64, 1, 4>;
+/// 1, wide: 128 threads x 128 columns, G slots per thread.
+template <int kRank>
+using WideExpand = ExpandShape<kRank, 128, kRank / 8, wide_expand_batch(kRank)>;
+/// 2, decode: 128 threads, one (column, lane) slot each, 8 routes per batch.
+template <int kRank>
+using DecodeExpand = ExpandShape<kRank, 128, 1, 8>;
 
 /// Shared state of one expand CTA: the ascending route list with each route's weight and the
 /// element offset of B[l, e].
@@ -242,20 +262,15 @@ CAKEMOE_DEVICE void prefetch_b_l2(const uint16_t* lora_b, const ExpandShared& sh
 /// One batch, routes [j0, j0 + kBatch) of sh with their B vectors in bv: loads the shrink rows
 /// (L2), then the §3.2 per-route arithmetic: part = fma chain over the lane's 8 ranks from 0,
 /// then acc = fma(part, w, acc) in ascending route order. Slots past n leave acc untouched.
-/// `timeline`: timeline builds only, event 6 when the first batch's shrink rows landed.
 template <bool kFp16, int kRank, int kItems, int kBatch, class Lanes>
 CAKEMOE_DEVICE void expand_batch(const uint16_t* shrink, const ExpandShared& sh, int j0, int n,
                                  const Lanes& ln, const uint4 (&bv)[kBatch][kItems],
-                                 float (&acc)[kItems], unsigned long long* timeline = nullptr) {
+                                 float (&acc)[kItems]) {
   uint4 sv[kBatch];
 #pragma unroll
   for (int j = 0; j < kBatch; ++j) {
     const int64_t pair = sh.routes[min(j0 + j, n - 1)];
     sv[j] = __ldcg(reinterpret_cast<const uint4*>(shrink + pair * kRank) + ln.g);
-  }
-  if (timeline != nullptr && j0 == 0) {  // (compiled out of default builds with the stamps)
-    timeline_wait_for(sv);
-    timeline_stamp(timeline, 6);
   }
   // The batch's fma chains interleaved step by step (each chain keeps its own order), so the
   // first FMAs already need every load of the batch.
@@ -295,7 +310,7 @@ CAKEMOE_DEVICE void expand_routes(const CakeParams& p, const ExpandShared& sh, i
   const uint16_t* lora_b = static_cast<const uint16_t*>(p.lora_b);
   int j0 = 0;
   if (b_ready && n > 0) {
-    expand_batch<kFp16, kRank, kItems, kBatch>(shrink, sh, 0, n, ln, bv, acc, p.timeline_expand);
+    expand_batch<kFp16, kRank, kItems, kBatch>(shrink, sh, 0, n, ln, bv, acc);
     j0 = kBatch;
   }
   for (; j0 < n; j0 += kBatch) {
@@ -324,22 +339,23 @@ CAKEMOE_DEVICE void prefetch_contiguous_b(const CakeParams& p, int64_t t, int64_
 // NOTE: the minimum of 512 threads per SM lets ptxas keep a whole batch's loads in flight (with
 // no occupancy hint it interleaves them with the previous route's FMAs); at most 128 registers.
 // NOTE: ranks 8/16 ask for 8 CTAs of 128 threads per SM (64 registers): at T >= 256 the
-// route-discovery chain of each CTA needs the occupancy (H200: 4 CTAs/SM cost 20-30 % at rank 16).
+// route-discovery chain of each CTA needs the occupancy (SM90: 4 CTAs/SM cost 20-30 % at rank 16).
 // The decode schedule's 8-route batch (116 registers) keeps 512 threads per SM at every rank.
 // NOTE: `Lanes` is ExpandLanes (runtime H) or SpecializedLanes (compile-time H, spec §7): the
 // specialized expand is this body with H fixed, so both variants share every instruction of the
 // canonical order.
-// NOTE: `kPrewait` (enum Prewait) is chosen by the launcher from P and T; the pair instance
-// handles every input (without the contiguous pair it runs the route-index path as before).
-template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch, int kPrewait = kPrewaitBatch,
-          class Lanes = ExpandLanes<ExpandShape<kRank, kThreads, kItems, kBatch>>>
-__global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
-                                                        : (kRank <= 16 ? 1024 : 512) / kThreads)
+// NOTE: `kPrewait` is chosen by the launcher from P and T; the pair instance handles every input
+// (without the contiguous pair it runs the route-index path as before).
+template <bool kFp16, class Shape, Prewait kPrewait, class Lanes = ExpandLanes<Shape>>
+__global__ void __launch_bounds__(Shape::kThreads,
+                                  Shape::kBatch >= 8
+                                      ? 512 / Shape::kThreads
+                                      : (Shape::kRank <= 16 ? 1024 : 512) / Shape::kThreads)
     cake_expand_kernel(const CakeParams p) {
-  using Shape = ExpandShape<kRank, kThreads, kItems, kBatch>;
+  constexpr int kRank = Shape::kRank, kThreads = Shape::kThreads;
+  constexpr int kItems = Shape::kItems, kBatch = Shape::kBatch;
   constexpr int kGroups = Shape::kGroups;
   __shared__ ExpandShared sh;
-  timeline_stamp(p.timeline_expand, 0);
   const int tid = threadIdx.x;
   const int64_t t = blockIdx.x;
   const Lanes ln = Lanes::make(
@@ -374,13 +390,7 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
       at1 = p.sorted_token_ids[2 * t + 1] == t;
     }
   }
-  timeline_stamp(p.timeline_expand, 1);
-  if (early && p.timeline_expand != nullptr && sh.count > 0) {  // timeline builds only: when
-    timeline_wait_for(bv);                                      // the first batch of B landed
-    timeline_stamp(p.timeline_expand, 5);
-  }
   pdl_wait();
-  timeline_stamp(p.timeline_expand, 2);
 
   // Route index words (§3.3): read by every CTA, used by the epilogue of column block 0.
   const RouteIndex ri{p.route_index, p.T};
@@ -443,7 +453,6 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
     }
   }
 
-  timeline_stamp(p.timeline_expand, 3);
   // Lane fold (§3.2): XOR butterfly, offsets G/2..1. Lane 0 adds the same operands in the same
   // order as the reference's serial fold; every lane of the warp takes part in each shuffle.
 #pragma unroll
@@ -459,7 +468,6 @@ __global__ void __launch_bounds__(kThreads, kBatch >= 8 ? 512 / kThreads
     *ri.base(t, (parity_word & 1u) ^ 1u) = count;
     if (t == 0) *ri.launch_counter() = launch + 1u;
   }
-  timeline_stamp(p.timeline_expand, 4);
 }
 
 }  // namespace dev

@@ -17,46 +17,43 @@ namespace cakemoe {
 namespace bgmv {
 namespace dev {
 
-template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch, int kPrewait>
+template <bool kFp16, class Shape, Prewait kPrewait>
 void launch_expand_mode(const CakeParams& p, cudaStream_t stream) {
-  using Shape = ExpandShape<kRank, kThreads, kItems, kBatch>;
-  launch_pdl(cake_expand_kernel<kFp16, kRank, kThreads, kItems, kBatch, kPrewait>,
+  launch_pdl(cake_expand_kernel<kFp16, Shape, kPrewait>,
              dim3(static_cast<unsigned>(p.T),
                   static_cast<unsigned>((p.H + Shape::kCols - 1) / Shape::kCols)),
-             dim3(kThreads), 0, stream, p.pdl_mode != 0, p);
+             dim3(Shape::kThreads), 0, stream, p.pdl_mode != 0, p);
 }
 
 /// The pre-wait mode of a launch (expand_cake.cuh, enum Prewait): the staged contiguous pair
-/// when the route list comes from the route index (P > kScanPairs) and P == 2T, unless
-/// CakeParams::prewait is 0 (A/B runs).
-inline int expand_prewait_mode(const CakeParams& p) {
-  return p.prewait != 0 && p.P > kScanPairs && p.P == 2 * p.T ? kPrewaitPair : kPrewaitBatch;
+/// when the route list comes from the route index (P > kScanPairs) and P == 2T.
+inline Prewait expand_prewait_mode(const CakeParams& p) {
+  return p.P > kScanPairs && p.P == 2 * p.T ? kPrewaitPair : kPrewaitBatch;
 }
 
-/// Calls launch(std::integral_constant<int, mode>) with the launch's pre-wait mode; `kWithPair`:
-/// whether the caller's shape has a kPrewaitPair instance (shapes only plans at T <= 8 take do
-/// not: there P > kScanPairs needs k > 32), else kPrewaitBatch always.
+/// Calls launch(std::integral_constant<Prewait, mode>) with the launch's pre-wait mode;
+/// `kWithPair`: whether the caller's shape has a kPrewaitPair instance (shapes only plans at
+/// T <= 8 take do not: there P > kScanPairs needs k > 32), else kPrewaitBatch always.
 template <bool kWithPair, class Launch>
 void with_prewait_mode(const CakeParams& p, Launch&& launch) {
   if constexpr (kWithPair) {
     if (expand_prewait_mode(p) == kPrewaitPair) {
-      return launch(std::integral_constant<int, kPrewaitPair>{});
+      return launch(std::integral_constant<Prewait, kPrewaitPair>{});
     }
   }
-  launch(std::integral_constant<int, kPrewaitBatch>{});
+  launch(std::integral_constant<Prewait, kPrewaitBatch>{});
 }
 
-template <bool kFp16, int kRank, int kThreads, int kItems, int kBatch, bool kWithPair>
+template <bool kFp16, class Shape, bool kWithPair>
 void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
-  with_prewait_mode<kWithPair>(p, [&](auto mode) {
-    launch_expand_mode<kFp16, kRank, kThreads, kItems, kBatch, decltype(mode)::value>(p, stream);
-  });
+  with_prewait_mode<kWithPair>(
+      p, [&](auto mode) { launch_expand_mode<kFp16, Shape, decltype(mode)::value>(p, stream); });
 }
 
 /// Schedule 0, narrow: 64 threads, one (column, lane) slot each, so 64 / G columns per CTA and
 /// 4 routes' loads in flight per thread (small T: many CTAs, short ones; SM90 plans take it at
 /// rank 64 with more than two routes per token). 8 routes per trip measured 10-17 % slower at
-/// T 4 / 8 (116 registers; bench/results/2026-11-30_*_bgmv-decode.md).
+/// T 4 / 8 (116 registers; bench/results/*_94bfef4_bgmv-decode.md).
 /// Schedule 1, wide: 128 threads x 128 columns, G slots per thread, 8 B vectors in flight per
 /// thread (route discovery amortised over 128 columns).
 /// Schedule 2, decode: 128 threads, one (column, lane) slot each (128 / G columns per CTA) and 8
@@ -64,16 +61,12 @@ void launch_expand_instance(const CakeParams& p, cudaStream_t stream) {
 /// are one trip after it (116 registers; where SM90 plans take it: plan_generic_schedule).
 template <bool kFp16, int kRank>
 void launch_expand_schedule(const CakeParams& p, cudaStream_t stream) {
-  constexpr int kGroups = kRank / 8;
-  // Ranks 8/16: 2 routes per batch, so the kernel fits 64 registers (8 CTAs per SM).
-  constexpr int kWideBatch =
-      kGroups <= 2 ? 2 : (8 / kGroups < 4 ? (8 / kGroups < 1 ? 1 : 8 / kGroups) : 4);
   if (p.schedule_id == 1) {
-    launch_expand_instance<kFp16, kRank, 128, kGroups, kWideBatch, true>(p, stream);
+    launch_expand_instance<kFp16, WideExpand<kRank>, true>(p, stream);
   } else if (p.schedule_id == 2) {
-    launch_expand_instance<kFp16, kRank, 128, 1, 8, false>(p, stream);
+    launch_expand_instance<kFp16, DecodeExpand<kRank>, false>(p, stream);
   } else {
-    launch_expand_instance<kFp16, kRank, 64, 1, 4, false>(p, stream);
+    launch_expand_instance<kFp16, NarrowExpand<kRank>, false>(p, stream);
   }
 }
 

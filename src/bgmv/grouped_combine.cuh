@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
     dev::pdl_wait();
     // The partials are dead after this read: evict-first, and with discard_partials each line
     // is dropped from L2 once the warp has read it (no write-back to HBM).
-    const uint64_t read_policy = read_once_policy(p);
+    const uint64_t read_policy = read_once_policy();
     for (int c0 = 4 * tid; c0 < h; c0 += kSteps * kStep) {
       float acc[kSteps][4] = {};
 #pragma unroll 4

@@ -1,4 +1,4 @@
-// Grouped expand on tensor cores (GroupedParams::expand_mma; ranks 16, 32, 64): a tile's <= 16
+// Grouped expand on tensor cores (ranks 32 and 64, grouped_tensor_core_expand()): a tile's <= 16
 // routes are the M side of mma.sync m16n8k16 (bf16 / fp16 in, fp32 out), B's columns the N side,
 // the rank the K side. The products are exact in fp32; the order in which the tensor core adds
 // them is the hardware's, so the unweighted partials differ from the canonical order's in the
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kMmaExpandWarps * 32) grouped_expand_mma_kerne
   // NOTE: H % 8 == 0, so a fragment is wholly inside or outside the matrix (warp-uniform).
   const int frags = static_cast<int>(
       max(static_cast<int64_t>(0), min(static_cast<int64_t>(kFrags), (hidden - colw) / 8)));
-  const uint64_t b_policy = read_once_policy(p);
+  const uint64_t b_policy = read_once_policy();
   const uint16_t* bblock =
       static_cast<const uint16_t*>(p.lora_b) + static_cast<int64_t>(info.z) * hidden * kRank;
   uint32_t b[kFrags][kWords];
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kMmaExpandWarps * 32) grouped_expand_mma_kerne
   const uint16_t* rows = w.tile_rows + static_cast<int64_t>(info.x) * kRank;
   if (pair_lo >= 0) mma_detail::load_chunk<kRank>(rows + g * kRank, tig, a_lo, 0, false);
   if (pair_hi >= 0) mma_detail::load_chunk<kRank>(rows + (g + 8) * kRank, tig, a_hi, 0, false);
-  const uint64_t partial_policy = read_again_policy(p);
+  const uint64_t partial_policy = read_again_policy();
   float* out_lo = pair_lo >= 0 ? p.partials + static_cast<int64_t>(pair_lo) * hidden : nullptr;
   float* out_hi = pair_hi >= 0 ? p.partials + static_cast<int64_t>(pair_hi) * hidden : nullptr;
 #pragma unroll

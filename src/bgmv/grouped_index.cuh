@@ -46,15 +46,10 @@ CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
   return w;
 }
 
-/// L2 policies of the grouped stages (GroupedParams::l2_hints; evict-normal with the hints off):
-/// bytes read once (A, B, the partials in the combine) and bytes the next stage reads again (the
-/// partials the expand writes).
-CAKEMOE_DEVICE uint64_t read_once_policy(const GroupedParams& p) {
-  return p.l2_hints ? dev::l2_evict_first() : dev::l2_evict_normal();
-}
-CAKEMOE_DEVICE uint64_t read_again_policy(const GroupedParams& p) {
-  return p.l2_hints ? dev::l2_evict_last() : dev::l2_evict_normal();
-}
+/// L2 policies of the grouped stages: bytes read once (A, B, the partials in the combine) are
+/// evicted first, bytes the next stage reads again (the partials the expand writes) last.
+CAKEMOE_DEVICE uint64_t read_once_policy() { return dev::l2_evict_first(); }
+CAKEMOE_DEVICE uint64_t read_again_policy() { return dev::l2_evict_last(); }
 
 /// A sorted_routes entry (GroupedParams::packed_routes) and its two fields.
 CAKEMOE_DEVICE int route_entry(const GroupedParams& p, int pair, int token) {
@@ -218,8 +213,6 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   if (!smem_tokens) token_count = w.token_count;
   const int tid = threadIdx.x, nt = blockDim.x;
   dev::pdl_trigger();
-  // Timeline builds: 0 entry, 1 loads landed, 2 counts done, 3 scanned, 4 tiles written, 5 exit.
-  dev::timeline_stamp_at(p.timeline_front, 0, 0);
   for (int b = tid; b <= bins; b += nt) offs[b] = 0;
   for (int t = tid; t < p.num_tokens; t += nt) token_count[t] = 0;
   // Every load of this thread's pairs first (tokens and experts, then LoRAs): two dependent
@@ -236,10 +229,6 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
 #pragma unroll
   for (int j = 0; j < kIndexPairsPerThread; ++j) {
     lora[j] = tok[j] >= 0 ? static_cast<int>(p.lora_indices[tok[j]]) : -1;
-  }
-  if (p.timeline_front != nullptr) {  // (compiled out of default builds with the stamps)
-    dev::timeline_wait_for(lora);
-    dev::timeline_stamp_at(p.timeline_front, 0, 1);
   }
   __syncthreads();  // offs and token_count zeroed
   uint4* shrink = static_cast<uint4*>(p.shrink_out);
@@ -264,7 +253,6 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     }
   }
   __syncthreads();
-  dev::timeline_stamp_at(p.timeline_front, 0, 2);
   if (smem_tokens) {
     for (int t = tid; t < p.num_tokens; t += nt) w.token_count[t] = token_count[t];
   }
@@ -274,7 +262,6 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     return b < bins ? count << 16 | (count + kGroupTileRoutes - 1) / kGroupTileRoutes : 0;
   });
   const int ntiles = packed_total & 0xFFFF;
-  dev::timeline_stamp_at(p.timeline_front, 0, 3);
   for (int b = tid; b <= bins; b += nt) w.bin_offset[b] = offs[b] >> 16;
   for (int b = tid; b < bins; b += nt) {
     const int start = offs[b] >> 16, count = (offs[b + 1] >> 16) - start;
@@ -285,27 +272,22 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
     }
   }
   if (tid == 0) w.header[0] = ntiles;
-  dev::timeline_stamp_at(p.timeline_front, 0, 4);
-  // NOTE: pair i = tid + j * nt is this thread's j-th pair: its token is still in tok[j].
-  // The routes land in shared memory first and leave in one coalesced pass: scattered 4-byte
-  // stores cost the index's single SM a store transaction each, and every later stage waits
-  // until this grid's stores have drained (index_smem_scatter = 0: the scattered stores).
-  int* const dst = p.index_smem_scatter ? sorted : w.sorted_routes;
+    // NOTE: pair i = tid + j * nt is this thread's j-th pair: its token is still in tok[j].
+    // The routes land in shared memory first and leave in one coalesced pass: scattered 4-byte
+    // stores cost the index's single SM a store transaction each, and every later stage waits
+    // until this grid's stores have drained.
 #pragma unroll
   for (int j = 0; j < kIndexPairsPerThread; ++j) {
     const int i = tid + j * nt;
     if (i >= p.num_pairs) continue;
     const int k = key[i];
     if (k >= 0) {
-      dst[(offs[k & ((1 << kBinBits) - 1)] >> 16) + (k >> kBinBits)] = route_entry(p, i, tok[j]);
+      sorted[(offs[k & ((1 << kBinBits) - 1)] >> 16) + (k >> kBinBits)] = route_entry(p, i, tok[j]);
     }
   }
-  if (p.index_smem_scatter) {
-    __syncthreads();
-    const int routes = packed_total >> 16;
-    for (int i = tid; i < routes; i += nt) w.sorted_routes[i] = sorted[i];
-  }
-  dev::timeline_stamp_at(p.timeline_front, 0, 5);
+  __syncthreads();
+  const int routes = packed_total >> 16;
+  for (int i = tid; i < routes; i += nt) w.sorted_routes[i] = sorted[i];
 }
 
 }  // namespace grouped

@@ -8,6 +8,11 @@
 namespace cakemoe {
 namespace bgmv {
 
+/// Grouped shrink staging (GroupedParams::stage; the arithmetic is the same in every form).
+constexpr int kGroupStageNone = 0;  ///< parts after the first re-read A through L1 / L2
+constexpr int kGroupStageA = 1;     ///< A's 8 x H block in shared memory
+constexpr int kGroupStageAX = 2;    ///< A and the first part's x rows in shared memory
+
 /// Grouped pipeline operands. Workspace layout (int32 words, spec §5; sizes from
 /// grouped_workspace()): header[4] (word 0 = tile count), bin_offset[bins + 1], tile_start
 /// [max_tiles] (group_scan's scratch; spec §5 sizes it), sorted_routes[P], token_count[T],
@@ -41,47 +46,16 @@ struct GroupedParams {
   int hist_ctas = 1;
   int max_tiles = 1;
   int fused_index = 0;  ///< 1: one-CTA index kernel
-  /// grouped shrink: 0 no staging, 1 A's 8 x H block, 2 A + first x rows (3, a persistent ring,
-  /// was deleted in session 7; 4, a fused shrink + expand in clusters, in session 19: neither was
-  /// faster once the two-kernel forms had caught up, bench/NOTES.md)
-  int stage = 0;
-  int pdl = 0;    ///< 1: every stage after the first is a programmatic dependent
-  int expand_tiles = 1;  ///< tiles per grouped-expand CTA: 1, 2 or 4 (kGroupExpandTiles)
-  /// Columns per grouped-expand thread: 2 (128-thread CTAs) where the plan has ranks <= 32 and
-  /// 2 tiles per CTA, and at rank 64 (bf16) from kGroupExpandPairColsMinPairs pairs a column
-  /// pair per thread pair (256-thread CTAs), else 1; CAKEMOE_BGMV_EXPAND_COLS=1 / 2 forces it
-  /// (A/B runs).
-  int expand_cols = 1;
-  /// 1: the two-kernel grouped expand on tensor cores (grouped_expand_mma.cuh; ranks 16-64,
-  /// CAKEMOE_BGMV_EXPAND_MMA=1): partials within fp32 rounding of the canonical order, not equal
-  /// to it bit for bit.
-  int expand_mma = 0;
-  /// 1: L2 eviction hints (A and B read evict-first, the partials written evict-last so the
-  /// combine finds them in L2); 0: plain accesses (CAKEMOE_BGMV_L2_HINTS=0, A/B runs).
-  int l2_hints = 1;
-  /// 1: the grouped shrink's grid is tile-major (CTA x = tile * R / 8 + rank block), so a tile's
-  /// rank blocks run side by side and share the x rows' first trip to HBM (H200: grouped rows
-  /// 0.992, 3072/32/1024/2 L 4 91.26 -> 89.79 µs); 0: (tile, rank block) grid
-  /// (CAKEMOE_BGMV_TILE_MAJOR=0, A/B runs). The bits do not depend on it.
-  int shrink_tile_major = 1;
+  /// What the grouped shrink stages in shared memory: kGroupStageNone, kGroupStageA (A's 8 x H
+  /// block) or kGroupStageAX (A and the first part's x rows).
+  int stage = kGroupStageNone;
+  int pdl = 0;  ///< 1: every stage after the first is a programmatic dependent
   /// 1: sorted_routes[i] = token << 16 | pair (P <= 65536, T <= 32768), so the shrink finds a
-  /// route's x row without a trip to sorted_token_ids; 0: the pair alone
-  /// (CAKEMOE_BGMV_PACKED_ROUTES=0, A/B runs).
+  /// route's x row without a trip to sorted_token_ids; 0: the pair alone.
   int packed_routes = 0;
   /// 1: the combine drops each partials line from L2 after reading it, so the partials are never
-  /// written back to HBM (needs l2_hints and 128-byte partial rows: H % 32 == 0).
+  /// written back to HBM (needs 128-byte partial rows: H % 32 == 0).
   int discard_partials = 0;
-  /// 1: the one-CTA index gathers sorted_routes in shared memory and copies it out coalesced;
-  /// 0: one scattered store per route (CAKEMOE_BGMV_INDEX_SMEM_SCATTER=0, A/B runs).
-  int index_smem_scatter = 1;
-  /// Last stage launched: 0 index, 1 shrink, 2 expand, 3 combine (all; fewer only for the
-  /// bench's per-stage prefixes).
-  int last_stage = 3;
-  /// Timeline builds only (CAKEMOE_BGMV_TIMELINE; bench_bgmv --timeline): the one-CTA index
-  /// stamps CTA slot 0 and the two-kernel grouped shrink slots 1 + its linear block index of
-  /// timeline_front; the grouped expand stamps timeline_back. nullptr: none.
-  unsigned long long* timeline_front = nullptr;
-  unsigned long long* timeline_back = nullptr;
 };
 
 /// Enqueues the index (one CTA, or group_hist, group_scan, group_scatter), the grouped shrink, the
@@ -116,12 +90,18 @@ constexpr int kGroupCombineThreads = 256;
 constexpr int kGroupShrinkThreads = 128;
 constexpr int kGroupShrinkTileK = 1024;  ///< hidden elements per shrink k tile (128 threads x 8)
 constexpr int kGroupRankTile = 8;        ///< shrink rank rows per CTA
-/// Tiles per grouped-expand CTA (1, 2 or 4 are built; CAKEMOE_BGMV_EXPAND_TILES overrides):
-/// 2 is the H200's best at ranks 16, 32 and 64 (bench/results/2026-11-29_683eb04_*); rank 8,
-/// not in the benchmark table, takes the same.
+/// Tiles per SIMT grouped-expand CTA: 2 measured best at ranks 16, 32 and 64 (1 and 4 lost
+/// 1.001-1.22 in the sweep of bench/results/*_95aaa65_*); rank 8 takes the same.
 constexpr int kGroupExpandTiles = 2;
-/// Pairs from which the rank-64 grouped expand gives a column pair to a thread pair by default.
-constexpr int64_t kGroupExpandPairColsMinPairs = 4096;
+/// Columns per SIMT grouped-expand thread (128-thread CTAs): one column lost 1.10 at rank 16.
+constexpr int kGroupExpandThreadCols = 2;
+/// Whether the grouped expand of a rank runs on tensor cores (grouped_expand_mma.cuh): ranks 32
+/// and 64 (0.94-0.99 / 0.82-0.93 of the SIMT expand); ranks 8 / 16 keep the SIMT expand (rank 16
+/// lost 1.01-1.05 on tensor cores). The planner reports it, the launcher instantiates by it.
+constexpr bool grouped_tensor_core_expand(int rank) { return rank >= 32; }
+/// sorted_routes packs token << 16 | pair while both fit (GroupedParams::packed_routes).
+constexpr int64_t kPackedRoutesMaxPairs = 65536;
+constexpr int64_t kPackedRoutesMaxTokens = 32768;
 
 /// Dynamic shared memory of the grouped expand: `tiles` x 256 columns x R/8 16-byte vectors of B.
 constexpr int64_t grouped_expand_smem_bytes(int rank, int tiles) {

@@ -1,8 +1,9 @@
-// Host launcher of the grouped pipeline (spec bgmv §5): index (one CTA, or hist -> scan ->
-// scatter), grouped shrink, grouped expand, combine. Every stage after
-// the first is a programmatic dependent of the one before when p.pdl (each kernel waits with
-// griddepcontrol.wait before it reads what the previous stage wrote). No allocation, no host
-// synchronisation (graph-capturable). Instantiated per dtype by inst/bgmv_grouped_{bf16,fp16}.cu.
+// Host launchers of the grouped pipeline (spec bgmv §5): index (one CTA, or hist -> scan ->
+// scatter), grouped shrink, grouped expand, combine, one function per stage and launch_grouped
+// for all four. Every stage after the first is a programmatic dependent of the one before when
+// p.pdl (each kernel waits with griddepcontrol.wait before it reads what the previous stage
+// wrote). No allocation, no host synchronisation (graph-capturable). Instantiated per dtype by
+// inst/bgmv_grouped_{bf16,fp16}.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,58 +36,28 @@ inline void launch_stage(void (*kernel)(GroupedParams), dim3 grid, int threads, 
   dev::launch_pdl(kernel, grid, dim3(threads), smem, stream, dependent, p);
 }
 
-/// The last stage after either expand form (SIMT or tensor cores): the combine, unless the bench
-/// cut the plan before it (last_stage < 3).
-inline void launch_combine(const GroupedParams& p, cudaStream_t stream) {
-  if (p.last_stage < 3) return;
+/// Stage 4, the combine: y rows from each token's weighted partials.
+inline void launch_grouped_combine(const GroupedParams& p, cudaStream_t stream) {
   launch_stage(group_combine_kernel<0>, dim3(p.num_tokens), kGroupCombineThreads, 0, p.pdl != 0,
                stream, p);
 }
 
-template <bool kBf16, int kRank, int kTiles, int kCols = 1>
-void launch_expand_tiles(const GroupedParams& p, cudaStream_t stream) {
-  const dim3 grid((p.max_tiles + kTiles - 1) / kTiles,
-                  (p.hidden + kGroupExpandCols - 1) / kGroupExpandCols);
-  launch_stage(grouped_expand_kernel<kBf16, kRank, kTiles, kCols>, grid,
-               grouped_expand_threads(kRank, kCols),
-               static_cast<size_t>(grouped_expand_smem_bytes(kRank, kTiles)), p.pdl != 0, stream,
-               p);
-}
-
+/// Stage 3, the expand: tensor cores at ranks 32 / 64, SIMT at ranks 8 / 16
+/// (grouped_tensor_core_expand()).
 template <bool kBf16, int kRank>
-void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
-  if constexpr (kRank >= 16) {
-    if (p.expand_mma != 0) {
-      const dim3 grid(static_cast<unsigned>(p.max_tiles),
-                      static_cast<unsigned>((p.hidden + kMmaExpandCols - 1) / kMmaExpandCols));
-      launch_stage(grouped_expand_mma_kernel<kBf16, kRank>, grid, kMmaExpandWarps * 32, 0,
-                   p.pdl != 0, stream, p);
-      launch_combine(p, stream);
-      return;
-    }
+void launch_grouped_expand_rank(const GroupedParams& p, cudaStream_t stream) {
+  if constexpr (grouped_tensor_core_expand(kRank)) {
+    const dim3 grid(static_cast<unsigned>(p.max_tiles),
+                    static_cast<unsigned>((p.hidden + kMmaExpandCols - 1) / kMmaExpandCols));
+    launch_stage(grouped_expand_mma_kernel<kBf16, kRank>, grid, kMmaExpandWarps * 32, 0, p.pdl != 0,
+                 stream, p);
+  } else {
+    const dim3 grid((p.max_tiles + kGroupExpandTiles - 1) / kGroupExpandTiles,
+                    (p.hidden + kGroupExpandCols - 1) / kGroupExpandCols);
+    launch_stage(grouped_expand_kernel<kBf16, kRank>, grid, kGroupExpandThreads,
+                 static_cast<size_t>(grouped_expand_smem_bytes(kRank, kGroupExpandTiles)),
+                 p.pdl != 0, stream, p);
   }
-  switch (p.expand_tiles) {
-    case 1:
-      launch_expand_tiles<kBf16, kRank, 1>(p, stream);
-      break;
-    case 2:
-      if constexpr (kRank <= 32 || kRank == 64) {
-        if (p.expand_cols == 2) {
-          launch_expand_tiles<kBf16, kRank, 2, 2>(p, stream);
-          break;
-        }
-      }
-      launch_expand_tiles<kBf16, kRank, 2>(p, stream);
-      break;
-    case 4:
-      launch_expand_tiles<kBf16, kRank, 4>(p, stream);
-      break;
-    default:
-      throw InvalidArgument("expand_tiles",
-                            "the grouped expand takes 1, 2 or 4 tiles per CTA, got " +
-                                std::to_string(p.expand_tiles));
-  }
-  launch_combine(p, stream);
 }
 
 /// Calls f(std::integral_constant<int, R>) for the grouped pipeline's rank R (8, 16, 32 or 64).
@@ -111,9 +82,8 @@ void with_rank(int rank, F&& f) {
   }
 }
 
-template <bool kBf16>
-void launch_grouped(const GroupedParams& p, void* stream_handle) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
+/// Stage 1, the index: one CTA, or hist -> scan -> scatter.
+inline void launch_grouped_index(const GroupedParams& p, cudaStream_t stream) {
   const bool pdl = p.pdl != 0;
   const int bins = p.num_loras * p.num_experts;
   if (p.fused_index) {
@@ -143,30 +113,50 @@ void launch_grouped(const GroupedParams& p, void* stream_handle) {
     launch_stage(group_scatter_kernel<0>, dim3(p.hist_ctas), kGroupHistThreads, bins_bytes, pdl,
                  stream, p);
   }
-  if (p.last_stage < 1) return;
-  const dim3 shrink_grid = p.shrink_tile_major != 0
-                              ? dim3(static_cast<unsigned>(p.max_tiles * (p.rank / kRankTile)))
-                              : dim3(p.max_tiles, p.rank / kRankTile);
+}
+
+/// Stage 2, the shrink, in the plan's staging form (tile-major grid: a tile's rank blocks side
+/// by side).
+template <bool kBf16>
+void launch_grouped_shrink(const GroupedParams& p, cudaStream_t stream) {
+  const bool pdl = p.pdl != 0;
+  const dim3 grid(static_cast<unsigned>(p.max_tiles * (p.rank / kRankTile)));
   const size_t row_bytes = static_cast<size_t>(grouped_stage_row_bytes(p.hidden));
   switch (p.stage) {
-    case 0:
-      launch_stage(grouped_shrink_kernel<kBf16, 0>, shrink_grid, kShrinkThreads, 0, pdl, stream, p);
+    case kGroupStageNone:
+      launch_stage(grouped_shrink_kernel<kBf16, kGroupStageNone>, grid, kShrinkThreads, 0, pdl,
+                   stream, p);
       break;
-    case 1:
-      launch_stage(grouped_shrink_kernel<kBf16, 1>, shrink_grid, kShrinkThreads,
+    case kGroupStageA:
+      launch_stage(grouped_shrink_kernel<kBf16, kGroupStageA>, grid, kShrinkThreads,
                    kRankTile * row_bytes, pdl, stream, p);
       break;
-    case 2:
-      launch_stage(grouped_shrink_kernel<kBf16, 2>, shrink_grid, kShrinkThreads,
+    case kGroupStageAX:
+      launch_stage(grouped_shrink_kernel<kBf16, kGroupStageAX>, grid, kShrinkThreads,
                    (kRankTile + kGroupShrinkPart) * row_bytes, pdl, stream, p);
       break;
     default:
       throw InvalidArgument("stage",
                             "the grouped shrink stages 0, 1 or 2, got " + std::to_string(p.stage));
   }
-  if (p.last_stage < 2) return;
-  with_rank(p.rank,
-            [&](auto rank) { launch_grouped_expand<kBf16, decltype(rank)::value>(p, stream); });
+}
+
+/// Stage 3 at the plan's rank.
+template <bool kBf16>
+void launch_grouped_expand(const GroupedParams& p, cudaStream_t stream) {
+  with_rank(p.rank, [&](auto rank) {
+    launch_grouped_expand_rank<kBf16, decltype(rank)::value>(p, stream);
+  });
+}
+
+/// The whole pipeline (the kernel unit's launcher).
+template <bool kBf16>
+void launch_grouped(const GroupedParams& p, void* stream_handle) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
+  launch_grouped_index(p, stream);
+  launch_grouped_shrink<kBf16>(p, stream);
+  launch_grouped_expand<kBf16>(p, stream);
+  launch_grouped_combine(p, stream);
 }
 
 }  // namespace grouped

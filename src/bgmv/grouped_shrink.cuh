@@ -138,9 +138,10 @@ CAKEMOE_DEVICE void store_part_rows(const GroupedParams& p, const GroupedWs& w, 
 /// over the split's k tiles (shrink_tile), then add_split_sums into `total`. Tile t + 1's x
 /// vectors are loaded before tile t's FMAs. kN is compile-time and the loads unconditional, so
 /// no instruction goes to routes past the part or to keeping unloaded registers (the route-count
-/// branches cost ~35 moves per k tile, and the shrink is issue-bound: H200, session 17, grouped
-/// rows 0.98). `stage_tid`: this thread's first staged vector (kStage >= 1); `part0`: the tile's
-/// first part (its A copies are still landing; kStage 2 also staged its x rows).
+/// branches cost ~35 moves per k tile, and the shrink is issue-bound: SM90,
+/// bench/results/*_0fc553d_*, grouped rows 0.98). `stage_tid`: this thread's first staged vector
+/// (kStage >= 1); `part0`: the tile's first part (its A copies are still landing; kStage 2 also
+/// staged its x rows).
 template <bool kBf16, int kStage, int kN>
 CAKEMOE_DEVICE void shrink_part(const GroupedParams& p, const uint4* stage_tid,
                                 const uint16_t* a_global,
@@ -229,13 +230,14 @@ CAKEMOE_DEVICE float shrink_part_n(int n, const GroupedParams& p, const uint4* s
   return total;
 }
 
-/// grid (max_tiles, R / 8) x 128: the shrink rows of one tile (<= 16 routes of one bin) for 8
-/// rank rows, in parts of 4 routes (32 accumulators per thread). kStage 1: the 8 x H block of A is
-/// copied into dynamic shared memory once and every part reads it there; kStage 2: also the x
-/// rows of the first part. The copy is thread-private (each thread copies the 16-byte vectors it
-/// later reads: vector k-tile t, lane tid) and committed one group per k tile, so tile 0's
-/// arithmetic runs while later tiles are in flight, with no barrier. kStage 0: parts after the
-/// first re-read A through L1/L2. The arithmetic is the same in every form.
+/// grid max_tiles * R / 8 (tile-major) x 128: the shrink rows of one tile (<= 16 routes of one
+/// bin) for 8 rank rows, in parts of 4 routes (32 accumulators per thread). kGroupStageA: the
+/// 8 x H block of A is copied into dynamic shared memory once and every part reads it there;
+/// kGroupStageAX: also the x rows of the first part. The copy is thread-private (each thread
+/// copies the 16-byte vectors it later reads: vector k-tile t, lane tid) and committed one group
+/// per k tile, so tile 0's arithmetic runs while later tiles are in flight, with no barrier.
+/// kGroupStageNone: parts after the first re-read A through L1/L2. The arithmetic is the same in
+/// every form.
 template <bool kBf16, int kStage>
 // NOTE: stage 2's shared memory allows 3 CTAs per SM, so its bound lets ptxas use up to 170
 // registers instead of spilling at 128; stage 1 (49 KB at H 3072) fits 4, which its 128
@@ -244,20 +246,14 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
     grouped_shrink_kernel(GroupedParams p) {
   extern __shared__ uint4 stage_vec[];
   __shared__ SplitSums red;
-  // Timeline builds: slot 1 + CTA of timeline_front (slot 0 is the index): 0 entry, 2 wait
-  // returned, 4 exit of a CTA with a tile.
-  const unsigned long long slot = 1 + dev::timeline_cta();
-  dev::timeline_stamp_at(p.timeline_front, slot, 0);
   dev::pdl_wait();  // the index is complete
   dev::pdl_trigger();
-  dev::timeline_stamp_at(p.timeline_front, slot, 2);
   const GroupedWs w = grouped_ws(p);
-  // Tile-major grids (GroupedParams::shrink_tile_major) run a tile's rank blocks side by side.
+  // Tile-major grid: a tile's rank blocks run side by side and share the x rows' first trip to
+  // HBM (the (tile, rank block) grid measured 1.016-1.030 on rank 32 / 64 grouped rows).
   const int rank_blocks = p.rank / kRankTile;
-  const int tile = p.shrink_tile_major ? static_cast<int>(blockIdx.x) / rank_blocks
-                                       : static_cast<int>(blockIdx.x);
-  const int rank_block = p.shrink_tile_major ? static_cast<int>(blockIdx.x) % rank_blocks
-                                             : static_cast<int>(blockIdx.y);
+  const int tile = static_cast<int>(blockIdx.x) / rank_blocks;
+  const int rank_block = static_cast<int>(blockIdx.x) % rank_blocks;
   // NOTE: the tile count and the tile in one trip (the grid has max_tiles tiles, so the read is
   // in bounds; past the count it is stale and unused).
   const int4 info = w.tile_info[tile];
@@ -278,7 +274,7 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
   // then (kStage 2) the first part's x rows.
   constexpr int kRows = kRankTile + (kStage == 2 ? kGroupShrinkPart : 0);
   if constexpr (kStage >= 1) {
-    const uint64_t a_policy = read_once_policy(p);
+    const uint64_t a_policy = read_once_policy();
     for (int t = 0; t < tiles; ++t) {
       const int64_t k0 = static_cast<int64_t>(t) * kShrinkTileK + 8 * tid;
       if (k0 < h) {  // H % 8 == 0: a vector is wholly inside or outside
@@ -309,7 +305,6 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
                                                      tiles, tiles_per_split, red);
     store_part_rows<kBf16>(p, w, first + part, n, rank_block, total);
   }
-  dev::timeline_stamp_at(p.timeline_front, slot, 4);
 }
 
 }  // namespace grouped

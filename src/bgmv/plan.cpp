@@ -21,27 +21,23 @@ constexpr int64_t kSplitTargetCtas = 128;
 constexpr int64_t kDeepRingMaxCtas = 512;
 constexpr int64_t kDeepRingBlackwellMaxCtas = 1024;
 constexpr int64_t kDeepRingBlackwellMinHidden = 4096;
-constexpr int kFormPrefill = 0;
-constexpr int kFormPrefillDeep = 2;
-constexpr int kFormRegisters = 3;         // x and A of 4 k tiles per trip in registers, no ring
-constexpr int kFormRegistersOne = 4;      // one k tile per trip: few registers, many CTAs per SM
-constexpr int kFormRegistersHalf = 5;     // form 3 over 4 rank rows: twice the CTAs, one split
-constexpr int kFormRegistersQuarter = 6;  // form 3 over 2 rank rows: 4x the CTAs, one split
-// SM90 decode region of the register form (H200 table with forced launches,
-// bench/results/2026-11-30_*_bgmv-decode.md): form 3 with one split beats the rings with splits,
-// the fused decode and the specialized body from T 1 up to these sizes. P 48 (T 8, k 6, rank 16:
-// 96 CTAs) was 0.87-0.91x of the ring with 2 splits (2026-11-30 session 7); P 64 at rank 16 (128
-// CTAs) was 1.06-1.26x, so the CTA bound stays.
+// SM90 decode region of the register kinds (table with forced launches,
+// bench/results/*_94bfef4_bgmv-decode.md): kRegisters with one split beats the rings with
+// splits, the fused decode and the specialized body from T 1 up to these sizes. P 48 (T 8, k 6,
+// rank 16: 96 CTAs) was 0.87-0.91x of the ring with 2 splits; P 64 at rank 16 (128 CTAs) was
+// 1.06-1.26x, so the CTA bound stays.
 constexpr int64_t kRegisterShrinkMaxPairs = 48;
 constexpr int64_t kRegisterShrinkMaxCtas = 96;
 constexpr int64_t kRegisterShrinkRank32MinHidden = 4096;
-// SM90: from this many shrink CTAs (P * R / 8) form 4 beat every other form at every measured
-// rank and H (H200 session 9, call 1: 0.87-1.01 of the plan's form at 384-4096 CTAs, rank 16
-// T 256 / 512 k 2 0.87-0.88; 1.01-1.23 below 384, where fewer, fatter CTAs keep more in flight).
+// SM90: from this many shrink CTAs (P * R / 8) kRegistersOneTile beat every other kind at every
+// measured rank and H (0.87-1.01 of the plan's kind at 384-4096 CTAs, rank 16 T 256 / 512 k 2
+// 0.87-0.88; 1.01-1.23 below 384, where fewer, fatter CTAs keep more in flight;
+// bench/results/*_fcc4eb7_*).
 constexpr int64_t kRegisterOneMinCtas = 384;
-// Forms 6 / 5 inside the register region while their CTAs (P * R / 2, P * R / 4) stay <= 64 (H200
-// session 10: form 5 0.93-0.99 of form 3 at 8-64 CTAs, 1.05-1.16 at 96-192 where CTAs share SMs;
-// form 6 0.94-0.99 of form 5 at 16-64 CTAs, 1.07-1.15 at 128).
+// Quarter / half blocks inside the register region while their CTAs (P * R / 2, P * R / 4) stay
+// <= 64 (half blocks 0.93-0.99 of kRegisters at 8-64 CTAs, 1.05-1.16 at 96-192 where CTAs share
+// SMs; quarter blocks 0.94-0.99 of half blocks at 16-64 CTAs, 1.07-1.15 at 128;
+// bench/results/*_c34ca38_*).
 constexpr int64_t kRegisterSplitRowsMaxCtas = 64;
 // Generic expand schedule 2 (decode): 128 threads, one (column, lane) slot each, 8 routes a batch.
 constexpr int kScheduleDecode = 2;
@@ -71,25 +67,24 @@ constexpr int64_t kGroupedMaxTileRows = 65536;
 constexpr int64_t kGroupStageXMaxBytes = 100 * 1024;  // A + 4 x rows: H <= 4096, >= 2 CTAs/SM
 constexpr int64_t kGroupStageAMaxBytes = 112 * 1024;  // A alone: H <= 7168
 // From this many routes per bin (2+ parts per tile) A alone wins: a 4th CTA per SM beats staging
-// the first part's x (bench/results/2026-11-29_*_bgmv-grouped-stage.md: 2-5 % at k 6 / 8, T >=
+// the first part's x (bench/results/*_8f3495b_*: 2-5 % at k 6 / 8, T >=
 // 1024; A and x win by 1-3 % at 2-4 routes per bin).
 constexpr int64_t kGroupStageAMinRoutesPerBin = 6;
 constexpr int64_t kGroupAlignPadWords = 3;      // tile_info starts 16-byte aligned
 constexpr int64_t kGroupTileRowWords = 64 / 2;  // tile_rows: rank <= 64 16-bit values
 
-// cakemoe's SM90 grouped crossover (H200 measurements, bench/NOTES.md). Session 7 (`bench_bgmv
-// --variants`, after the (since deleted) fused grouped stage and the staged contiguous pair): rank
-// 64 grouped wins from P 1024 at T >= 128 (T 256 k 6 / 8 0.69-0.82x, T 512 k 2 0.89-0.97x, T 128 k
-// 8 0.87-0.96x of per-route; T 128 k 6 and T 256 k 2 lose); rank 16 per-route wins at P 1024 (T 512
-// k 2, 0.97-1.00x of grouped) and grouped from P 1536 (T 256 k 6).
+// cakemoe's SM90 grouped crossover (measurements of `bench_bgmv --variants`, bench/NOTES.md):
+// rank 64 grouped wins from P 1024 at T >= 128 (T 256 k 6 / 8 0.69-0.82x, T 512 k 2 0.89-0.97x,
+// T 128 k 8 0.87-0.96x of per-route; T 128 k 6 and T 256 k 2 lose); rank 16 per-route wins at
+// P 1024 (T 512 k 2, 0.97-1.00x of grouped) and grouped from P 1536 (T 256 k 6).
 constexpr int64_t kGroupedSm90MinPairs = 1024;
 constexpr int64_t kGroupedSm90MinTokens = 256;
 constexpr int64_t kGroupedSm90MinPairsRank16 = 1536;
 constexpr int64_t kGroupedSm90MinPairsRank64 = 1024;
 constexpr int64_t kGroupedSm90MinTokensRank64 = 128;
-// Session 16 (`--variants`, after the tensor-core expand): rank 32 grouped wins from P 1024 at
-// T 128 too (T 128 k 8: 0.917-0.938 of per-route / specialized; T 512 k 2: 0.949-0.962 of the
-// specialized body, which the window used to pick there); T 128 k 6 (P 768) still loses.
+// With the tensor-core expand rank 32 grouped wins from P 1024 at T 128 too (T 128 k 8:
+// 0.917-0.938 of per-route / specialized; T 512 k 2: 0.949-0.962 of the specialized body, which
+// the window used to pick there); T 128 k 6 (P 768) still loses.
 constexpr int64_t kGroupedSm90MinTokensRank32 = 128;
 
 // spec §6 order remap.
@@ -111,12 +106,12 @@ struct SpecializedWindow {
   int64_t min_pairs;
   int64_t max_pairs;
 };
-// SM90 windows from the H200 measurements of bench_bgmv --specialized
-// (bench/results/2026-11-29_3b10a19_bgmv-specialized.md; both hidden sizes alike): specialized
+// SM90 windows from the measurements of bench_bgmv --specialized
+// (bench/results/*_3b10a19_bgmv-specialized.md; both hidden sizes alike): specialized
 // wins at decode (T <= 8, 1.03-1.29x, ahead of the fused decode path) and for T 32-512 at k 2 /
 // T 16-128 at k 8 (1.05-1.23x); it loses at T 16, k 2 (P 32: 0.90x) and from P 2048 on, where
-// the grouped pipeline wins (0.61-0.98x). Since session 16 the SM90 grouped rule is applied first
-// (choose_variant), so P 1024 at T >= 128 goes grouped (its tensor-core expand beat the body).
+// the grouped pipeline wins (0.61-0.98x). The SM90 grouped rule is applied first (choose_variant),
+// so P 1024 at T >= 128 goes grouped (its tensor-core expand beat the body).
 constexpr std::array<SpecializedWindow, 2> kSm90SpecializedWindows{{
     {1, 8, 1, 1024},
     {9, 1024, 64, 1024},
@@ -198,7 +193,7 @@ ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidd
       ctas <= kDeepRingMaxCtas || (arch != Arch::kSm90a && ctas <= kDeepRingBlackwellMaxCtas &&
                                    hidden >= kDeepRingBlackwellMinHidden);
   ShrinkLaunch launch;
-  launch.form = deep ? kFormPrefillDeep : kFormPrefill;
+  launch.kind = deep ? ShrinkKind::kRing3Stage : ShrinkKind::kRing2Stage;
   launch.splits = static_cast<int>(splits);
   return launch;
 }
@@ -207,20 +202,20 @@ ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden
   ShrinkLaunch launch = select_generic_shrink(num_pairs, rank, hidden, arch);
   if (register_shrink_region(num_pairs, rank, arch)) {
     const int64_t ctas = shrink_ctas(num_pairs, rank);  // 8-row blocks
-    if (4 * ctas <= kRegisterSplitRowsMaxCtas) return {kFormRegistersQuarter, 1};
-    if (2 * ctas <= kRegisterSplitRowsMaxCtas) return {kFormRegistersHalf, 1};
-    return {kFormRegisters, 1};
+    if (4 * ctas <= kRegisterSplitRowsMaxCtas) return {ShrinkKind::kRegistersQuarterBlock, 1};
+    if (2 * ctas <= kRegisterSplitRowsMaxCtas) return {ShrinkKind::kRegistersHalfBlock, 1};
+    return {ShrinkKind::kRegisters, 1};
   }
-  // Splits stay the selector's (1 from 128 CTAs on), so the form never changes a bit.
+  // Splits stay the selector's (1 from 128 CTAs on), so the kind never changes a bit.
   if (arch == Arch::kSm90a && shrink_ctas(num_pairs, rank) >= kRegisterOneMinCtas) {
-    launch.form = kFormRegistersOne;
+    launch.kind = ShrinkKind::kRegistersOneTile;
     return launch;
   }
-  // NOTE: above the region the register form (same splits) measured 2-10 % faster on SM90 at
-  // rank 64 and at rank 32 with H >= 4096, and 1-8 % slower at ranks 16 / 32 below that.
+  // NOTE: above the region kRegisters (same splits) measured 2-10 % faster on SM90 at rank 64 and
+  // at rank 32 with H >= 4096, and 1-8 % slower at ranks 16 / 32 below that.
   if (arch == Arch::kSm90a &&
       (rank == 64 || (rank == 32 && hidden >= kRegisterShrinkRank32MinHidden))) {
-    launch.form = kFormRegisters;
+    launch.kind = ShrinkKind::kRegisters;
   }
   return launch;
 }
@@ -250,9 +245,9 @@ int select_generic_schedule(int64_t num_tokens) { return num_tokens <= 8 ? 0 : 1
 int plan_generic_schedule(int64_t num_tokens, int64_t num_pairs, int64_t rank, Arch arch) {
   const int spec = select_generic_schedule(num_tokens);
   if (arch != Arch::kSm90a || spec == 1) return spec;
-  // NOTE: H200 timelines of 2026-11-30 (bench/results/2026-11-30_*_bgmv-session10.md): with 8
-  // routes the wide schedule's post-wait work is 4 dependent L2 batches (1.7-2.0 µs against the
-  // portable path's 0.6); the decode schedule loads every route's B before the wait (0.9-1.2 µs).
+  // NOTE: per-CTA timelines (bench/results/*_c34ca38_*): with 8 routes
+  // the wide schedule's post-wait work is 4 dependent L2 batches (1.7-2.0 µs against the portable
+  // path's 0.6); the decode schedule loads every route's B before the wait (0.9-1.2 µs).
   // It wins at T 1-4 with 8 routes per token and at T 1 with 6 at ranks 32 / 64; with fewer
   // routes it loads clamped copies, and from T 8 (or rank 64 at T 4) its grid takes two waves.
   if (num_pairs <= kDecodeScheduleMaxPairs) {
@@ -261,9 +256,9 @@ int plan_generic_schedule(int64_t num_tokens, int64_t num_pairs, int64_t rank, A
     }
     if (num_tokens == 1 && rank >= 32 && num_pairs >= 6) return kScheduleDecode;
   }
-  // NOTE: H200 table of 2026-11-30 (bench/results/2026-11-30_*_bgmv-decode.md): at T <= 8 the
-  // wide schedule wins 5-20 % at ranks 8-32 and at one or two routes per token; rank 64 with more
-  // routes keeps the narrow one (the wide schedule loads one route per trip there).
+  // NOTE: at T <= 8 the wide schedule wins 5-20 % at ranks 8-32 and at one or two routes per token
+  // (bench/results/*_94bfef4_bgmv-decode.md); rank 64 with more routes keeps the narrow
+  // one (the wide schedule loads one route per trip there).
   return rank == 64 && num_pairs > 2 * num_tokens ? 0 : 1;
 }
 
@@ -334,7 +329,9 @@ bool select_order_remap(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_l
   if (bins <= 0 || bins > kGroupBinsMax) return false;
   if (num_pairs < kRemapMinPairs || num_pairs > kOrderBuildMaxPairs) return false;
   if (rank >= 64 && hidden < kRemapRank64MinHidden) return false;
-  if (select_generic_shrink(num_pairs, rank, hidden, arch).form == kFormPrefillDeep) return false;
+  if (select_generic_shrink(num_pairs, rank, hidden, arch).kind == ShrinkKind::kRing3Stage) {
+    return false;
+  }
   return num_pairs * hidden * rank * 2 >= kRemapMinWeightBytes;
 }
 
@@ -425,7 +422,8 @@ GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_
 std::ostream& operator<<(std::ostream& os, const PlanChoice& c) {
   os << "bgmv plan: variant=" << variant_name(c.variant);
   if (c.shrink_launch) {
-    os << " shrink_launch=(" << c.shrink_launch->form << ", " << c.shrink_launch->splits << ")";
+    os << " shrink_launch=(" << shrink_kind_name(c.shrink_launch->kind) << ", "
+       << c.shrink_launch->splits << ")";
   }
   os << " grouped=" << c.grouped << " order_remap=" << c.order_remap << " pdl_mode=" << c.pdl_mode
      << " launch_pdl=" << c.launch_pdl_mode << " schedule_id=";
@@ -433,28 +431,35 @@ std::ostream& operator<<(std::ostream& os, const PlanChoice& c) {
     os << *c.schedule_id;
   else
     os << "none";
+  if (c.grouped) {
+    const GroupedGeometry& g = c.geometry;
+    os << " grouped_form=(index=" << (g.fused_index ? "one_cta" : "hist_scan_scatter")
+       << " stage=" << g.stage << " packed_routes=" << g.packed_routes
+       << " discard_partials=" << g.discard_partials
+       << " expand=" << (g.tensor_core_expand ? "tensor_cores" : "simt") << ")";
+  }
   if (!c.fallback_reason.empty()) os << " fallback_reason=\"" << c.fallback_reason << "\"";
   return os;
 }
 
 namespace {
 
-/// The variant of a Cake plan: the selector's, or the forced one (variant_override).
+/// The variant of a Cake plan: the selector's, or the forced one (PlanOverrides::variant).
 Variant choose_variant(const ProblemDesc& p) {
-  core::require(p.variant_override >= -1 && p.variant_override <= 1, "variant",
-                "the override must be -1 (select), 0 (generic) or 1 (specialized), got " +
-                    std::to_string(p.variant_override));
-  if (p.variant_override < 0) {
+  const std::optional<Variant> forced = p.overrides.variant;
+  core::require(forced != Variant::kPortable, "variant",
+                "the portable path is taken by prepare, not by the Cake planner");
+  if (!forced.has_value()) {
     if (generic_pipeline_forced(p)) return Variant::kGeneric;
-    // NOTE: on SM90 the grouped rule goes before the specialized windows (session 16: with the
-    // tensor-core expand grouped beat the specialized body on every P 1024 row it took).
+    // NOTE: on SM90 the grouped rule goes before the specialized windows (with the tensor-core
+    // expand grouped beat the specialized body on every P 1024 row it took).
     if (p.arch == Arch::kSm90a && !p.grouped.has_value() &&
         select_grouped_sm90(p.num_pairs, p.num_tokens, p.num_loras, p.num_experts, p.rank)) {
       return Variant::kGeneric;
     }
     return select_variant(p.num_tokens, p.num_pairs, p.hidden, p.rank, p.arch, p.specialized_built);
   }
-  if (p.variant_override == 0) return Variant::kGeneric;
+  if (*forced == Variant::kGeneric) return Variant::kGeneric;
   core::require(is_specialized_shape(p.hidden, p.rank), "variant",
                 "the specialized variant needs hidden_size 2688 or 3072 and rank 32, got "
                 "hidden_size=" +
@@ -467,6 +472,54 @@ Variant choose_variant(const ProblemDesc& p) {
   return Variant::kSpecialized;
 }
 
+/// The forced generic shrink (PlanOverrides::shrink), checked against the kernels' limits.
+ShrinkLaunch checked_shrink_override(const ShrinkLaunch& shrink, int64_t num_pairs) {
+  core::require(shrink_form_number(shrink.kind) >= 0, "shrink_launch",
+                "unknown shrink kind " + std::to_string(static_cast<int>(shrink.kind)));
+  const bool sub_block = shrink.kind == ShrinkKind::kRegistersHalfBlock ||
+                         shrink.kind == ShrinkKind::kRegistersQuarterBlock;
+  core::require(
+      !sub_block || shrink.splits == 1, "shrink_launch",
+      "half and quarter rank blocks take one split, got " + std::to_string(shrink.splits));
+  core::require(shrink.splits >= 1 && shrink.splits <= kSplitMax &&
+                    (shrink.splits == 1 || num_pairs <= kSplitMaxPairs),
+                "shrink_launch",
+                "splits must be 1.." + std::to_string(kSplitMax) + ", and 1 above " +
+                    std::to_string(kSplitMaxPairs) + " pairs, got " +
+                    std::to_string(shrink.splits));
+  return shrink;
+}
+
+/// How a grouped plan runs on the GPU: grouped_geometry()'s index and staging (or the forced
+/// ones), the sorted_routes form, the partials discard and the expand kind.
+GroupedGeometry plan_grouped_geometry(const ProblemDesc& p) {
+  const PlanOverrides& o = p.overrides;
+  const int index_override = o.fused_index.has_value() ? (*o.fused_index ? 1 : 0) : -1;
+  GroupedGeometry g =
+      grouped_geometry(p.num_pairs, p.hidden, index_override, p.num_loras * p.num_experts);
+  if (o.grouped_stage.has_value()) {
+    // The largest staging whose shared memory fits H (the bin count only picks between fits).
+    const int fits = grouped_geometry(p.num_pairs, p.hidden, index_override).stage;
+    core::require(*o.grouped_stage >= 0 && *o.grouped_stage <= fits, "grouped_stage",
+                  "a forced grouped shrink staging must be 0.." + std::to_string(fits) +
+                      " at hidden_size " + std::to_string(p.hidden) + ", got " +
+                      std::to_string(*o.grouped_stage));
+    g.stage = *o.grouped_stage;
+  }
+  // NOTE: 16 bits of pair id and 15 of token in one int32 (spec §5's P ranges up to 2^20 on the
+  // hist / scan / scatter path; those plans keep pair ids alone).
+  const bool packed_fits =
+      p.num_pairs <= kPackedRoutesMaxPairs && p.num_tokens <= kPackedRoutesMaxTokens;
+  core::require(!o.packed_routes.value_or(false) || packed_fits, "packed_routes",
+                "packed sorted_routes need num_pairs <= 65536 and num_tokens <= 32768");
+  g.packed_routes = o.packed_routes.value_or(packed_fits);
+  // NOTE: a discarded line must hold one route's partials only: rows of H floats start on a
+  // 128-byte line when H % 32 == 0 (the buffer itself is 256-byte aligned).
+  g.discard_partials = p.hidden % 32 == 0;
+  g.tensor_core_expand = grouped_tensor_core_expand(static_cast<int>(p.rank));
+  return g;
+}
+
 }  // namespace
 
 bool generic_pipeline_forced(const ProblemDesc& p) {
@@ -476,46 +529,39 @@ bool generic_pipeline_forced(const ProblemDesc& p) {
 PlanChoice choose_cake_plan(const ProblemDesc& p) {
   PlanChoice c;
   c.variant = choose_variant(p);
-  core::require(p.schedule_override == -1 ||
-                    (c.variant == Variant::kSpecialized && p.schedule_override >= 0 &&
-                     p.schedule_override < kSpecializedSchedules),
+  const PlanOverrides& o = p.overrides;
+  const std::optional<int> forced_schedule = o.specialized_schedule;
+  core::require(!forced_schedule.has_value() ||
+                    (c.variant == Variant::kSpecialized && *forced_schedule >= 0 &&
+                     *forced_schedule < kSpecializedSchedules),
                 "schedule_id",
                 "a forced schedule must be 0, 1 or 2 on a specialized plan, got " +
-                    std::to_string(p.schedule_override));
+                    std::to_string(forced_schedule.value_or(-1)));
+  core::require(o.launch_pdl_mode.value_or(0) >= 0 && o.launch_pdl_mode.value_or(0) <= 2,
+                "launch_pdl_mode",
+                "a forced PDL mode must be 0 (plain), 1 (early) or 2 (late), got " +
+                    std::to_string(o.launch_pdl_mode.value_or(0)));
   const bool remap_forced = p.order_remap.value_or(false);
   if (c.variant == Variant::kSpecialized) {
     core::require(!remap_forced, "order_remap",
                   "order_remap=true cannot be combined with the specialized variant");
-    c.schedule_id = p.schedule_override >= 0
-                        ? p.schedule_override
+    c.schedule_id = forced_schedule.has_value()
+                        ? *forced_schedule
                         : select_specialized_schedule(p.num_tokens, p.num_pairs, p.hidden, p.arch);
     c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
     // The generic selector's splits (same bits) and PDL chaining (same launch sequence).
     c.shrink_splits = plan_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch).splits;
-    c.launch_pdl_mode = select_launch_pdl_mode(p.num_tokens, p.hidden, p.arch, p.num_sms);
+    c.launch_pdl_mode = o.launch_pdl_mode.value_or(
+        select_launch_pdl_mode(p.num_tokens, p.hidden, p.arch, p.num_sms));
     return c;
   }
   ShrinkLaunch shrink = plan_generic_shrink(p.num_pairs, p.rank, p.hidden, p.arch);
-  core::require(p.generic_schedule_override >= -1 && p.generic_schedule_override <= kScheduleDecode,
-                "schedule_id",
-                "a forced generic expand schedule must be 0, 1 or 2, got " +
-                    std::to_string(p.generic_schedule_override));
-  if (p.shrink_override.has_value()) {
-    shrink = *p.shrink_override;
-    core::require(shrink.form == kFormPrefill || shrink.form == kFormPrefillDeep ||
-                      shrink.form == kFormRegisters || shrink.form == kFormRegistersOne ||
-                      shrink.form == kFormRegistersHalf || shrink.form == kFormRegistersQuarter,
-                  "shrink_launch",
-                  "form must be 0, 2, 3, 4, 5 or 6, got " + std::to_string(shrink.form));
-    core::require(shrink.form < kFormRegistersHalf || shrink.splits == 1, "shrink_launch",
-                  "forms 5 and 6 take one split, got " + std::to_string(shrink.splits));
-    core::require(shrink.splits >= 1 && shrink.splits <= kSplitMax &&
-                      (shrink.splits == 1 || p.num_pairs <= kSplitMaxPairs),
-                  "shrink_launch",
-                  "splits must be 1.." + std::to_string(kSplitMax) + ", and 1 above " +
-                      std::to_string(kSplitMaxPairs) + " pairs, got " +
-                      std::to_string(shrink.splits));
-  }
+  const int forced_generic = o.generic_schedule.value_or(-1);
+  core::require(
+      !o.generic_schedule.has_value() || (forced_generic >= 0 && forced_generic <= kScheduleDecode),
+      "schedule_id",
+      "a forced generic expand schedule must be 0, 1 or 2, got " + std::to_string(forced_generic));
+  if (o.shrink.has_value()) shrink = checked_shrink_override(*o.shrink, p.num_pairs);
   const int64_t bins = p.num_loras * p.num_experts;
   const bool sm90 = p.arch == Arch::kSm90a;
   c.grouped =
@@ -531,6 +577,7 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
         "the grouped pipeline needs 1..4096 (lora, expert) bins, got " + std::to_string(bins));
     core::require(ceil_div(p.num_pairs, kGroupTileRoutes) < kGroupedMaxTileRows, "grouped",
                   "the grouped pipeline needs ceil(num_pairs / 16) < 65536");
+    c.geometry = plan_grouped_geometry(p);
   } else {
     // NOTE: select_order_remap is spec §6's rule; it only ever picks SM90, where the remap
     // measured slower than identity dispatch on every shape (its one-CTA prologue costs 13-19 us
@@ -544,21 +591,21 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
     core::require(bins >= 1 && bins <= kGroupBinsMax, "order_remap",
                   "the order remap needs 1..4096 (lora, expert) bins, got " + std::to_string(bins));
     // NOTE: spec §6: the remap forms are two-stage; splits stay so bits match identity dispatch.
-    shrink.form = kFormPrefill;
+    shrink.kind = ShrinkKind::kRing2Stage;
   }
   c.shrink_launch = shrink;
   c.shrink_splits = shrink.splits;
   c.pdl_mode = select_pdl_mode(c.variant, p.num_tokens, p.hidden, p.arch, p.num_sms);
   // NOTE: the order remap keeps §4.4's launches (its forms were measured with them).
-  c.launch_pdl_mode = c.order_remap
-                          ? c.pdl_mode
-                          : select_launch_pdl_mode(p.num_tokens, p.hidden, p.arch, p.num_sms);
-  c.schedule_id = p.generic_schedule_override >= 0
-                      ? p.generic_schedule_override
+  c.launch_pdl_mode = o.launch_pdl_mode.value_or(
+      c.order_remap ? c.pdl_mode
+                    : select_launch_pdl_mode(p.num_tokens, p.hidden, p.arch, p.num_sms));
+  c.schedule_id = forced_generic >= 0
+                      ? forced_generic
                       : plan_generic_schedule(p.num_tokens, p.num_pairs, p.rank, p.arch);
-  // NOTE: the fused decode (one cooperative launch of shrink and expand) was deleted in session
-  // 7: on the H200 the two-kernel plan beat it on every T <= 8 row, by up to 2x at rank 64, k 6 /
-  // 8 (bench/results/2026-11-30_*_bgmv-decode.md); its code is in git history (e.g. at 1243c87).
+  // NOTE: there is no fused decode (one cooperative launch of shrink and expand): the two-kernel
+  // plan beat it on every T <= 8 row, by up to 2x at rank 64, k 6 / 8
+  // (bench/results/*_94bfef4_bgmv-decode.md); its code is in git history (e.g. at 1243c87).
   return c;
 }
 

@@ -32,20 +32,21 @@ struct Capability {
 // ---- Selectors ----------------------------------------------------------------------------------
 
 /// SM90 decode sizes (P <= 48 pairs and P * R / 8 <= 96 shrink CTAs) where the generic plan takes
-/// the register shrink with one split: form 6 (2-row blocks) while P * R / 2 <= 64, form 5 (4-row
-/// blocks) while P * R / 4 <= 64, else form 3.
+/// the register shrink with one split: kRegistersQuarterBlock (2-row blocks) while P * R / 2 <= 64,
+/// kRegistersHalfBlock (4-row blocks) while P * R / 4 <= 64, else kRegisters.
 bool register_shrink_region(int64_t num_pairs, int64_t rank, Arch arch);
 /// The generic plan's shrink (and the splits every variant uses, so their bits agree): spec
-/// §4.1's rule (select_generic_shrink), except on SM90 (cakemoe deviations, measured): form 6, 5
-/// or 3 with one split in the register-shrink region, form 4 from 384 shrink CTAs (P * R / 8), and
-/// below that form 3 with spec's splits at rank 64 and at rank 32 with H >= 4096.
+/// §4.1's rule (select_generic_shrink), except on SM90 (cakemoe deviations, measured): a register
+/// kind with one split in the register-shrink region, kRegistersOneTile from 384 shrink CTAs
+/// (P * R / 8), and below that kRegisters with spec's splits at rank 64 and at rank 32 with
+/// H >= 4096.
 ShrinkLaunch plan_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);
-/// spec §4.1: generic shrink (form, splits) for P pairs, rank R, hidden H.
+/// spec §4.1: generic shrink (kRing2Stage or kRing3Stage, splits) for P pairs, rank R, hidden H.
 ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidden, Arch arch);
 /// spec §7: the shapes that have a specialized body (H in {2688, 3072}, R == 32).
 bool is_specialized_shape(int64_t hidden, int64_t rank);
 /// spec §7 (newest JIT): Blackwell specialized for a specialized shape and 32 <= T <= 1024. SM90
-/// (cakemoe, from H200 measurements; spec §7's "SM90 never" predates a specialized body that wins
+/// (cakemoe, from SM90 measurements; spec §7's "SM90 never" predates a specialized body that wins
 /// there): inside plan.cpp's kSm90SpecializedWindows, T <= 8 or (T >= 9 and 64 <= P), both with
 /// P <= 1024. `specialized_built` false (no specialized unit compiled) forces generic.
 Variant select_variant(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
@@ -57,24 +58,24 @@ int select_generic_schedule(int64_t num_tokens);
 /// T 1 with >= 6 routes and rank >= 32 (P <= 256 both); else the wide schedule (1) unless rank
 /// 64 with more than two routes per token.
 int plan_generic_schedule(int64_t num_tokens, int64_t num_pairs, int64_t rank, Arch arch);
-/// Specialized schedule: 0 t64, 1 token_owned, 2 dual_col. spec §7's B200 table off SM90; on SM90
-/// the H200's best: 2 for T >= 64, else 0 when P >= 4 T (top-k >= 4), else 1.
+/// Specialized schedule: 0 t64, 1 token_owned, 2 dual_col. spec §7's Blackwell table off SM90; on
+/// SM90 the measured best: 2 for T >= 64, else 0 when P >= 4 T (top-k >= 4), else 1.
 int select_specialized_schedule(int64_t num_tokens, int64_t num_pairs, int64_t hidden, Arch arch);
 /// spec §4.4: 0 plain, 1 early, 2 late.
 int select_pdl_mode(Variant variant, int64_t num_tokens, int64_t hidden, Arch arch, int num_sms);
 /// The PDL mode the per-route pair launches with (PlanChoice::launch_pdl_mode; both variants):
-/// 1 (early) at every size on SM90, where the H200 measured it faster than §4.4's plain launches
+/// 1 (early) at every size on SM90, where it measured faster than §4.4's plain launches
 /// above its small-grid limit (T 128-512: 0.91-0.98); elsewhere §4.4's generic rule.
 int select_launch_pdl_mode(int64_t num_tokens, int64_t hidden, Arch arch, int num_sms);
 /// spec §5: heuristic for the pair-grouped pipeline (grouped = None).
 bool select_grouped(int64_t num_pairs, int64_t num_tokens, int64_t num_loras, int64_t num_experts,
                     int64_t hidden, int64_t rank);
-/// cakemoe's grouped heuristic on SM90, from H200 measurements of every pipeline on the same
-/// inputs (bench_bgmv --variants; bench/NOTES.md), replacing spec §5's B200 rule there.
+/// cakemoe's grouped heuristic on SM90, from measurements of every pipeline on the same inputs
+/// (bench_bgmv --variants; bench/NOTES.md), replacing spec §5's Blackwell rule there.
 bool select_grouped_sm90(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
                          int64_t num_experts, int64_t rank);
 /// spec §6: heuristic for the SM90 shrink order remap (order_remap = None, grouped not chosen).
-/// cakemoe does not apply it by default: on the H200 the remap never paid for its prologue
+/// cakemoe does not apply it by default: on SM90 the remap never paid for its prologue
 /// (choose_cake_plan leaves order_remap off unless forced; bench/NOTES.md).
 bool select_order_remap(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
                         int64_t num_experts, int64_t hidden, int64_t rank, Arch arch);
@@ -120,16 +121,27 @@ struct RouteIndexLayout {
 RouteIndexLayout route_index_layout(int64_t num_tokens);
 
 /// How the grouped pipeline runs on the GPU (cakemoe's choice, docs/decisions/bgmv-gpu-runtime.md):
-/// the one-CTA index (P <= 16384) or hist -> scan -> scatter, and what the grouped shrink stages
-/// in shared memory (0 nothing, 1 A's 8 x H block, 2 A and the first part's x rows).
+/// the one-CTA index (P <= 16384) or hist -> scan -> scatter, what the grouped shrink stages in
+/// shared memory (kGroupStageNone, kGroupStageA: A's 8 x H block, kGroupStageAX: A and the first
+/// part's x rows), how sorted_routes is stored, whether the combine drops the partials from L2,
+/// and which expand runs (tensor cores at ranks 32 / 64, grouped_tensor_core_expand()).
 struct GroupedGeometry {
   bool fused_index = false;
   int stage = 0;
+  /// sorted_routes entries hold token << 16 | pair (P <= 65536, T <= 32768), else the pair.
+  bool packed_routes = false;
+  /// The combine discards each partials line from L2 after reading it (128-byte partial rows:
+  /// H % 32 == 0), so the partials are never written back to HBM.
+  bool discard_partials = false;
+  /// The expand runs on tensor cores: per-route partials within fp32 rounding of the canonical
+  /// order (y within 1e-5 of the CPU engine's, spec §3.2), replays still bitwise identical.
+  bool tensor_core_expand = false;
 };
 /// `index_override` 0 / 1 forces hist -> scan -> scatter / the one-CTA index (tests, benches);
 /// -1 picks. InvalidArgument("grouped_index") when the one-CTA index is forced past 16384 pairs.
 /// `bins` (L * E; 0 = unknown) picks the staging form where both fit: A alone (stage 1, 4 CTAs per
-/// SM) from 6 routes per bin on, A and x (stage 2, 3 CTAs per SM) below (H200 measurements).
+/// SM) from 6 routes per bin on, A and x (stage 2, 3 CTAs per SM) below (SM90 measurements).
+/// Sets fused_index and stage only (choose_cake_plan fills the rest).
 GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_override = -1,
                                  int64_t bins = 0);
 
@@ -166,8 +178,28 @@ struct PlanChoice {
   /// pdl_mode): pdl_mode reports spec §4.4's choice (0 for the specialized variant), while on
   /// SM90 the kernels chain early at every size (docs/decisions/bgmv-gpu-kernels.md).
   int launch_pdl_mode = 0;
+  /// Grouped plans: how the pipeline runs on the GPU (the CUDA setup copies it, re-deciding
+  /// nothing).
+  GroupedGeometry geometry;
 };
 std::ostream& operator<<(std::ostream& os, const PlanChoice& choice);
+
+/// Forced plan choices, internal (tests and benchmarks pass them to detail::prepare_impl; no
+/// environment variable sets them; docs/decisions/bgmv-overrides.md). Each forces a choice that
+/// some default plan makes, so every forced plan runs code the defaults run too; unset: the
+/// planner's choice. Invalid values raise InvalidArgument naming the field.
+struct PlanOverrides {
+  /// kGeneric / kSpecialized: that variant (kSpecialized: InvalidArgument("variant") outside the
+  /// specialized shapes); kPortable: the portable path inside the Cake support set.
+  std::optional<Variant> variant;
+  std::optional<int> specialized_schedule;  ///< 0 t64, 1 token_owned, 2 dual_col
+  std::optional<ShrinkLaunch> shrink;       ///< the generic shrink's kind and splits
+  std::optional<int> generic_schedule;      ///< 0 narrow, 1 wide, 2 decode
+  std::optional<int> launch_pdl_mode;       ///< 0 plain, 1 early, 2 late (the bits never change)
+  std::optional<bool> fused_index;          ///< grouped index: one CTA (true) or hist -> scatter
+  std::optional<int> grouped_stage;         ///< grouped shrink staging 0, 1, 2 (where it fits H)
+  std::optional<bool> packed_routes;        ///< false: pair ids alone (the form past 65536 pairs)
+};
 
 struct ProblemDesc {
   int64_t num_tokens = 0;
@@ -181,23 +213,21 @@ struct ProblemDesc {
   bool specialized_built = false;
   std::optional<bool> grouped;      ///< forced value, or heuristic when unset
   std::optional<bool> order_remap;  ///< forced value, or heuristic when unset
-  int variant_override = -1;        ///< -1 select_variant, 0 generic, 1 specialized (forced)
-  int schedule_override = -1;       ///< specialized schedule 0 / 1 / 2 forced; -1 selector
-  /// Generic shrink (form 0 / 2 / 3 / 4 / 5 / 6, splits) forced instead of plan_generic_shrink's.
-  std::optional<ShrinkLaunch> shrink_override;
-  /// Generic expand schedule 0 (narrow) / 1 (wide) / 2 (decode) forced instead of
-  /// plan_generic_schedule's.
-  int generic_schedule_override = -1;
+  PlanOverrides overrides;
 };
 /// The Cake choice for a problem inside the support set. Throws InvalidArgument("order_remap")
 /// when order_remap is forced together with grouped or the specialized variant (spec §10 rule 15),
 /// and InvalidArgument("grouped" / "order_remap") when a forced pipeline exceeds its kernel limits.
-/// A forced specialized variant (variant_override 1) raises InvalidArgument("variant") outside the
-/// specialized shapes, InvalidArgument("grouped" / "order_remap") when that pipeline is forced too,
-/// and Unsupported("variant") when its unit is not built; schedule_override raises
-/// InvalidArgument("schedule_id") outside 0..2 or on a plan that is not specialized;
-/// shrink_override raises InvalidArgument("shrink_launch") for a form other than 0, 2, 3, 4, 5, 6,
-/// splits outside 1..8, splits > 1 with more than 128 pairs, or form 5 / 6 with splits > 1.
+/// Overrides: a forced specialized variant raises InvalidArgument("variant") outside the
+/// specialized shapes, InvalidArgument("grouped" / "order_remap") when that pipeline is forced
+/// too, and Unsupported("variant") when its unit is not built; variant kPortable raises
+/// InvalidArgument("variant") here (prepare takes the portable path before planning);
+/// specialized_schedule raises InvalidArgument("schedule_id") outside 0..2 or on a plan that is
+/// not specialized, generic_schedule outside 0..2; shrink raises InvalidArgument("shrink_launch")
+/// for splits outside 1..8, splits > 1 with more than 128 pairs, or a half / quarter block with
+/// splits > 1; launch_pdl_mode raises InvalidArgument("launch_pdl_mode") outside 0..2;
+/// fused_index, grouped_stage and packed_routes raise InvalidArgument("grouped_index" /
+/// "grouped_stage" / "packed_routes") where the form does not fit the problem.
 PlanChoice choose_cake_plan(const ProblemDesc& problem);
 /// A pipeline the caller forced on (grouped or order_remap = true): each exists
 /// only in the generic variant, so the selector keeps such a plan generic.

@@ -132,7 +132,12 @@ std::optional<ShrinkLaunch> BgmvPlan::shrink_launch() const {
 }
 bool BgmvPlan::grouped() const { return checked(impl_).choice.grouped; }
 bool BgmvPlan::order_remap() const { return checked(impl_).choice.order_remap; }
-bool BgmvPlan::grouped_mma() const { return checked(impl_).grouped_mma; }
+bool BgmvPlan::grouped_mma() const {
+  // NOTE: the CPU engine runs the canonical grouped order; only CUDA plans use tensor cores.
+  const Impl& impl = checked(impl_);
+  return impl.backend_used == "cake" && impl.choice.grouped &&
+         impl.choice.geometry.tensor_core_expand;
+}
 int BgmvPlan::pdl_mode() const { return checked(impl_).choice.pdl_mode; }
 std::optional<int> BgmvPlan::schedule_id() const { return checked(impl_).choice.schedule_id; }
 const std::string& BgmvPlan::fallback_reason() const {

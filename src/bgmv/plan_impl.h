@@ -39,11 +39,6 @@ class BgmvPlan::Impl {
   /// Device workspaces of the grouped pipeline (§5) and the order remap (§6); undefined when
   /// unused.
   Tensor group_workspace, group_partials, order_workspace;
-  int grouped_index_override = -1;  ///< PrepareInternals::grouped_index
-  int grouped_last_stage = 3;       ///< PrepareInternals::grouped_last_stage
-  bool grouped_mma = false;         ///< its two-kernel expand on tensor cores (set by its setup)
-  unsigned long long* timeline_shrink = nullptr;  ///< PrepareInternals::timeline_shrink
-  unsigned long long* timeline_expand = nullptr;  ///< PrepareInternals::timeline_expand
   /// The CUDA runtime (CUDA tensors only): launch sequence and private graph (spec §8).
   std::unique_ptr<CudaPlan> cuda;
 
@@ -68,39 +63,15 @@ class BgmvPlan::Impl {
 
 namespace detail {
 
-/// Knobs that are not part of the public contract (benchmarks, tests).
-struct PrepareInternals {
-  /// Take the portable path even inside the Cake support set (the bench's baseline); the plan
-  /// reports fallback_reason "forced portable path (internal option)" and warns nothing.
-  bool force_portable = false;
-  /// Grouped pipeline index: 1 forces the one-CTA index, 0 hist -> scan -> scatter, -1 lets
-  /// grouped_geometry() pick.
-  int grouped_index = -1;
-  /// Variant (spec §7): -1 selector (or CAKEMOE_BGMV_VARIANT=generic|specialized), 0 generic,
-  /// 1 specialized (InvalidArgument("variant") outside H 2688 / 3072 at rank 32).
-  int variant_override = -1;
-  /// Specialized schedule 0 (64 columns per CTA), 1 (128), 2 (256); -1 selector.
-  int specialized_schedule = -1;
-  /// Grouped pipeline: run only up to stage 0 (index), 1 (shrink), 2 (expand) or 3 (combine,
-  /// the whole pipeline). The bench times these prefixes to split a pipelined plan into stages;
-  /// a plan cut short leaves y unwritten.
-  int grouped_last_stage = 3;
-  /// Timeline builds (CAKEMOE_BGMV_TIMELINE; bench_bgmv --timeline): device buffers that the
-  /// per-route and portable shrink / expand kernels stamp (cake_device.cuh timeline_stamp; in a
-  /// grouped plan the one-CTA index and the grouped shrink stamp the first, the grouped expand
-  /// the second: GroupedParams::timeline_front / timeline_back),
-  /// kTimelineEvents * kTimelineWords words per CTA of the widest grid that stamps into each (the
-  /// kernels do not check: bench_bgmv_timeline.cuh sizes them); nullptr: none.
-  unsigned long long* timeline_shrink = nullptr;
-  unsigned long long* timeline_expand = nullptr;
-};
-
-/// prepare_bgmv_moe returning the implementation (tests and binding layers keep a handle on it).
+/// prepare_bgmv_moe returning the implementation (tests and binding layers keep a handle on it),
+/// with forced plan choices for tests and benchmarks (PlanOverrides; none by default). A forced
+/// portable path (variant kPortable) reports fallback_reason "forced portable path (internal
+/// option)" and warns nothing.
 std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     const TensorView& x, const std::vector<TensorView>& lora_a_weights,
     const std::vector<TensorView>& lora_b_weights, const TensorView& sorted_token_ids,
     const TensorView& expert_ids, const TensorView& lora_indices, const TensorView& topk_weights,
-    int64_t num_experts, const BgmvOptions& options, const PrepareInternals& internals = {});
+    int64_t num_experts, const BgmvOptions& options, const PlanOverrides& overrides = {});
 
 /// Device facts prepare needs (spec §7, §9); Unsupported("device") when `device` is not a
 /// visible CUDA device (or the build has no CUDA).
@@ -117,7 +88,7 @@ void zero_synchronously(const Tensor& t);
 /// bound tensors, y_accum / shrink_out and route index are set (cuda_plan_setup.cpp).
 void setup_cuda_plan(BgmvPlan::Impl& impl, Arch arch);
 /// The Cake shrink/expand operands of a prepared Cake-path plan (bound tensors, workspaces and
-/// the chosen form / splits / schedule / PDL mode). `order` stays null: the order-remap
+/// the chosen shrink kind / splits / schedule / PDL mode). `order` stays null: the order-remap
 /// workspace is bound separately.
 CakeParams cake_params(const BgmvPlan::Impl& impl);
 

@@ -60,7 +60,6 @@ template <bool kFp16, int kGroups>
 __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const PortableParams p,
                                                                         bool vec) {
   __shared__ float s_row[kPortableMaxRank];
-  timeline_stamp(p.timeline_expand, 0);
   const int64_t pair = blockIdx.x;
   const int s = blockIdx.z;
   const int64_t t = p.sorted_token_ids[pair];
@@ -68,7 +67,7 @@ __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const Po
   const float w = p.topk_weights[pair];
   if (t < 0 || t >= p.T) return;
   const int64_t l = p.lora_indices[t];
-  if (l < 0) return;  // (no stamps after 0 for CTAs without work)
+  if (l < 0) return;
   const int64_t col = static_cast<int64_t>(blockIdx.y) * kPortableCols + threadIdx.x;
   const bool live = col < p.F;
   const uint16_t* b_row =
@@ -79,19 +78,9 @@ __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const Po
   for (int g = 0; g < kGroups; ++g) {
     if (vec && live && g < groups) b_vec[g] = *reinterpret_cast<const uint4*>(b_row + 8 * g);
   }
-  timeline_stamp(p.timeline_expand, 1);
-  if (p.timeline_expand != nullptr && vec && live) {  // timeline builds only: when B landed
-    uint4 landed[kGroups];  // the loaded vectors only (b_vec past `groups` is unset)
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) landed[g] = g < groups ? b_vec[g] : make_uint4(0, 0, 0, 0);
-    dev::timeline_wait_for(landed);
-    timeline_stamp(p.timeline_expand, 5);
-  }
   dev::pdl_wait();  // the shrink rows (and y's zeros) are the shrink grid's
-  timeline_stamp(p.timeline_expand, 2);
   const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out) + (s * p.P + pair) * p.R;
   for (int64_t r = threadIdx.x; r < p.R; r += kPortableCols) s_row[r] = widen<kFp16>(shrink[r]);
-  timeline_stamp(p.timeline_expand, 6);  // (thread 0's element of the shrink row has landed)
   __syncthreads();
   if (!live) return;
   float v[kGroups];
@@ -103,9 +92,7 @@ __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const Po
   // the fold over all kGroups: the levels above L only add the +0 of empty groups, which leaves
   // every value as it is but a -0 (made +0), and y, which starts at +0, cannot tell those apart.
   fold_levels<kGroups / 2>(v);
-  timeline_stamp(p.timeline_expand, 3);
   atomicAdd(p.y + t * (p.S * p.F) + s * p.F + col, v[0]);
-  timeline_stamp(p.timeline_expand, 4);
 }
 
 /// Kernel-unit launcher (dtype dispatch).

@@ -57,7 +57,6 @@ template <bool kFp16, int kDepth>
 __global__ void __launch_bounds__(kPortableThreads) portable_shrink_kernel(const PortableParams p,
                                                                            bool vec) {
   __shared__ float warp_sums[kPortableThreads / kWarp][kPortableRankTile];
-  timeline_stamp(p.timeline_shrink, 0);
   const int tid = threadIdx.x;
   const int64_t pair = blockIdx.x;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kPortableRankTile;
@@ -69,10 +68,8 @@ __global__ void __launch_bounds__(kPortableThreads) portable_shrink_kernel(const
   const int rows = static_cast<int>(min(static_cast<int64_t>(kPortableRankTile), p.R - r0));
   dev::pdl_trigger();  // the expand's index and B loads need nothing from this grid
   zero_y_share(p);
-  timeline_stamp(p.timeline_shrink, 1);
   if (l < 0) {
     if (tid < rows) out[r0 + tid] = 0;
-    timeline_stamp(p.timeline_shrink, 4);
     return;
   }
   const uint16_t* x_row = static_cast<const uint16_t*>(p.x) + t * p.H;
@@ -124,7 +121,6 @@ __global__ void __launch_bounds__(kPortableThreads) portable_shrink_kernel(const
       }
     }
   }
-  timeline_stamp(p.timeline_shrink, 3);
   const int warp = tid / kWarp;
 #pragma unroll
   for (int i = 0; i < kPortableRankTile; ++i) {
@@ -138,7 +134,6 @@ __global__ void __launch_bounds__(kPortableThreads) portable_shrink_kernel(const
     for (int w = 0; w < kPortableThreads / kWarp; ++w) sum = sum + warp_sums[w][tid];
     out[r0 + tid] = narrow<kFp16>(0.0f + sum);
   }
-  timeline_stamp(p.timeline_shrink, 4);
 }
 
 /// Kernel-unit launcher (dtype dispatch).

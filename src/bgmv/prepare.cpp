@@ -1,5 +1,4 @@
 // prepare_bgmv_moe (spec bgmv §1, §9, §10): validation, path choice, workspace allocation.
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -14,58 +13,12 @@ namespace cakemoe {
 namespace bgmv {
 namespace {
 
-// NOTE: the CPU backend reports the choices of an H200 (sm90a, 132 SMs), the measured target.
+// NOTE: the CPU backend reports the choices of an SM90 device with 132 SMs, the measured target.
 constexpr Arch kCpuEmulatedArch = Arch::kSm90a;
 constexpr int kCpuEmulatedSms = 132;
 
-// Reported by plans that took the portable path through PrepareInternals::force_portable.
+// Reported by plans that took the portable path through PlanOverrides::variant.
 constexpr const char* kForcedPortableReason = "forced portable path (internal option)";
-
-// CAKEMOE_BGMV_VARIANT=generic|specialized (A/B runs): -1 unset, 0 generic, 1 specialized.
-int variant_from_env() {
-  const char* env = std::getenv("CAKEMOE_BGMV_VARIANT");
-  if (env == nullptr || *env == '\0') return -1;
-  if (std::strcmp(env, "generic") == 0) return 0;
-  if (std::strcmp(env, "specialized") == 0) return 1;
-  throw InvalidArgument("CAKEMOE_BGMV_VARIANT",
-                        std::string("must be 'generic' or 'specialized', got '") + env + "'");
-}
-
-/// The variant override of a plan: PrepareInternals wins; else the environment, where
-/// "specialized" applies only to plans that can take it (a built specialized shape without a
-/// forced grouped / order_remap), so whole tables can be A/B run.
-int variant_override(const detail::PrepareInternals& internals, const ProblemDesc& desc) {
-  if (internals.variant_override >= 0) return internals.variant_override;
-  const int env = variant_from_env();
-  if (env != 1) return env;
-  const bool can = is_specialized_shape(desc.hidden, desc.rank) && desc.specialized_built &&
-                   !generic_pipeline_forced(desc);
-  return can ? 1 : -1;
-}
-
-// CAKEMOE_BGMV_SHRINK=FORM:SPLITS (A/B runs): the generic shrink launch instead of the selector's.
-std::optional<ShrinkLaunch> shrink_from_env() {
-  const char* env = std::getenv("CAKEMOE_BGMV_SHRINK");
-  if (env == nullptr || *env == '\0') return std::nullopt;
-  ShrinkLaunch launch;
-  char tail = 0;
-  if (std::sscanf(env, "%d:%d%c", &launch.form, &launch.splits, &tail) != 2) {
-    throw InvalidArgument("CAKEMOE_BGMV_SHRINK",
-                          std::string("must be FORM:SPLITS (e.g. 3:1), got '") + env + "'");
-  }
-  return launch;
-}
-
-// CAKEMOE_BGMV_SCHEDULE=0|1|2 (A/B runs): the generic expand schedule instead of the selector's.
-int generic_schedule_from_env() {
-  const char* env = std::getenv("CAKEMOE_BGMV_SCHEDULE");
-  if (env == nullptr || *env == '\0') return -1;
-  if (std::strcmp(env, "0") == 0) return 0;
-  if (std::strcmp(env, "1") == 0) return 1;
-  if (std::strcmp(env, "2") == 0) return 2;
-  throw InvalidArgument("CAKEMOE_BGMV_SCHEDULE",
-                        std::string("must be 0, 1 or 2, got '") + env + "'");
-}
 
 bool print_plan_requested() {
   const char* env = std::getenv("CAKEMOE_PRINT_PLAN");
@@ -80,7 +33,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     const TensorView& x, const std::vector<TensorView>& lora_a_weights,
     const std::vector<TensorView>& lora_b_weights, const TensorView& sorted_token_ids,
     const TensorView& expert_ids, const TensorView& lora_indices, const TensorView& topk_weights,
-    int64_t num_experts, const BgmvOptions& options, const PrepareInternals& internals) {
+    int64_t num_experts, const BgmvOptions& options, const PlanOverrides& overrides) {
   // Rules 1-11.
   const ProblemShape s =
       validate_operands(x, lora_a_weights, lora_b_weights, sorted_token_ids, expert_ids,
@@ -111,15 +64,12 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
   if (!support.supported() && !options.fallback) {
     throw Unsupported(support.argument, support.reason);
   }
-  const bool portable = !support.supported() || internals.force_portable;
+  const bool portable = !support.supported() || overrides.variant == Variant::kPortable;
   // Rule 14.
   validate_workspaces(s, options, portable);
   // Rule 15 (and the forced pipelines' kernel limits, inside choose_cake_plan).
   core::require(!(options.grouped.value_or(false) && options.order_remap.value_or(false)),
                 "order_remap", "order_remap=true cannot be combined with grouped=true");
-  core::require(internals.grouped_last_stage >= 0 && internals.grouped_last_stage <= 3,
-                "grouped_last_stage",
-                "0 (index) .. 3 (combine), got " + std::to_string(internals.grouped_last_stage));
   PlanChoice choice;
   if (portable) {
     choice = choose_portable_plan(support.supported() ? kForcedPortableReason : support.reason);
@@ -135,12 +85,9 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     desc.num_sms = num_sms;
     desc.grouped = options.grouped;
     desc.order_remap = options.order_remap;
-    // NOTE: the CPU backend emulates an H200 build with every unit (same bits either way).
+    // NOTE: the CPU backend emulates an SM90 build with every unit (same bits either way).
     desc.specialized_built = on_cpu || detail::specialized_unit_built(s.hidden);
-    desc.variant_override = variant_override(internals, desc);
-    desc.schedule_override = internals.specialized_schedule;
-    desc.shrink_override = shrink_from_env();
-    desc.generic_schedule_override = generic_schedule_from_env();
+    desc.overrides = overrides;
     choice = choose_cake_plan(desc);
     validate_int32_limits(
         {{"x", x},
@@ -161,10 +108,6 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
   impl->variant = variant_name(choice.variant);
   impl->params.shrink_splits = choice.shrink_splits;
   impl->params.grouped = choice.grouped;
-  impl->grouped_index_override = internals.grouped_index;
-  impl->grouped_last_stage = internals.grouped_last_stage;
-  impl->timeline_shrink = internals.timeline_shrink;
-  impl->timeline_expand = internals.timeline_expand;
   impl->x = x;
   impl->lora_a = lora_a_weights;
   impl->lora_b = lora_b_weights;

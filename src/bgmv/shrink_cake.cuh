@@ -1,8 +1,8 @@
 // Cake generic shrink (spec §4.1, §4.2): one CTA = one pair x 8 rank rows x one hidden split,
-// 128 threads, K streamed in 1024-wide tiles through a cp.async ring (kStages 2 or 3) or through
-// registers: kStages 0 (form 3) up to 4 tiles at once, kStages -1 (form 4) one tile at a time
-// (few registers, no shared memory: many CTAs per SM). Forms 5 and 6 are form 3 over 4 and 2
-// rank rows (kRows): 2x / 4x the CTAs, each loading 1/2 / 1/4 of the A bytes, for grids far below
+// 128 threads, K streamed in 1024-wide tiles through a cp.async ring (2 or 3 stages) or through
+// registers: kRegisters up to 4 tiles at once, kRegistersOneTile one tile at a time (few
+// registers, no shared memory: many CTAs per SM). The half / quarter blocks are kRegisters over 4
+// and 2 rank rows: 2x / 4x the CTAs, each loading 1/2 / 1/4 of the A bytes, for grids far below
 // one CTA per SM. Canonical FP32 order of §3.2 (docs/decisions/bgmv.md); route publishing of
 // §3.3 by the split-0, rank-block-0 CTA.
 #pragma once
@@ -24,10 +24,35 @@ constexpr int kRankTile = 8;
 constexpr int kShrinkTile = kShrinkThreads * 8;  // K elements per tile
 constexpr int kShrinkSlots = 1 + kRankTile;      // x chunk + 8 A-row chunks per thread and stage
 
+/// What a shrink kind compiles to: cp.async ring stages (0: through registers), k tiles per
+/// register trip, rank rows per CTA.
+struct ShrinkForm {
+  int ring_stages;
+  int register_tiles;
+  int rows;
+};
+constexpr ShrinkForm shrink_form(ShrinkKind kind) {
+  switch (kind) {
+    case ShrinkKind::kRing2Stage:
+      return {2, 0, kRankTile};
+    case ShrinkKind::kRing3Stage:
+      return {3, 0, kRankTile};
+    case ShrinkKind::kRegisters:
+      return {0, 4, kRankTile};
+    case ShrinkKind::kRegistersOneTile:
+      return {0, 1, kRankTile};
+    case ShrinkKind::kRegistersHalfBlock:
+      return {0, 4, kRankTile / 2};
+    case ShrinkKind::kRegistersQuarterBlock:
+      return {0, 4, kRankTile / 4};
+  }
+  return {0, 0, 0};
+}
+
 /// Dynamic shared memory of the ring: per stage, per thread, 9 chunks of 16 bytes (none for the
-/// register forms, stages 0 and -1).
-constexpr int shrink_smem_bytes(int stages) {
-  return stages > 0 ? stages * kShrinkSlots * kShrinkThreads * 16 : 0;
+/// register kinds).
+constexpr int shrink_smem_bytes(int ring_stages) {
+  return ring_stages > 0 ? ring_stages * kShrinkSlots * kShrinkThreads * 16 : 0;
 }
 
 /// Issues the cp.async copies of tile `tile` into ring stage `stage` (only this thread's chunks).
@@ -95,17 +120,10 @@ CAKEMOE_DEVICE void shrink_fma_chunk(const uint4& x, const uint4 (&a)[kRows], fl
   }
 }
 
-/// k tiles of the register form whose loads one thread has in flight at once: form 3 (4) and
-/// form 4 (1).
-constexpr int kShrinkRegTiles = 4;
-template <int kStages>
-constexpr int shrink_register_tiles() {
-  return kStages == 0 ? kShrinkRegTiles : 1;
-}
-
-/// Form 3: the same per-thread fma chains with no ring. x and A of kShrinkRegTiles k tiles go to
-/// registers before the first FMA (H <= 4096 in one trip). Chunks past H are skipped: bitwise the
-/// ring's zero-filled FMAs (fma(0, 0, acc) == acc for acc != -0, and acc starts at +0).
+/// The register kinds: the same per-thread fma chains with no ring. x and A of kTiles k tiles
+/// (ShrinkForm::register_tiles) go to registers before the first FMA (H <= 4096 in one trip).
+/// Chunks past H are skipped: bitwise the ring's zero-filled FMAs (fma(0, 0, acc) == acc for acc !=
+/// -0, and acc starts at +0).
 template <bool kFp16, int kTiles, int kRows>
 CAKEMOE_DEVICE void shrink_tile_registers(int64_t t0, int64_t t1, int64_t hidden,
                                           const uint16_t* x_row, const uint16_t* a_rows,
@@ -208,16 +226,17 @@ CAKEMOE_DEVICE PairRoute load_pair_route(const CakeParams& p, int64_t pair) {
   return r;
 }
 
-// NOTE: kRows 4 / 2 (forms 5 / 6) are built for the register form with one split only: the
-// split counters and partials are laid out per 8-row block (the launcher refuses splits > 1).
-template <bool kFp16, int kRank, int kStages, int kRows = kRankTile>
+// NOTE: half / quarter blocks (4 / 2 rows) are built for the register form with one split only:
+// the split counters and partials are laid out per 8-row block (the launcher refuses splits > 1).
+template <bool kFp16, int kRank, ShrinkKind kKind>
 __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeParams p) {
-  static_assert(kRows == kRankTile || ((kRows == 4 || kRows == 2) && kStages <= 0),
+  constexpr ShrinkForm kForm = shrink_form(kKind);
+  constexpr int kRows = kForm.rows;
+  static_assert(kRows == kRankTile || ((kRows == 4 || kRows == 2) && kForm.ring_stages == 0),
                 "4- and 2-row blocks: register form only");
   extern __shared__ uint4 ring[];
   __shared__ float warp_sums[kShrinkThreads / kWarp][kRankTile];
   __shared__ int last_split;
-  timeline_stamp(p.timeline_shrink, 0);
   // NOTE: a no-op unless this grid was launched as a programmatic dependent; keeps the route
   // index reads below ordered after any producer the runtime chains in front of the shrink.
   pdl_wait();
@@ -232,12 +251,10 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   }
   const PairRoute route = load_pair_route(p, pair);
   const int64_t t = route.t, l = route.l, e = route.e;
-  timeline_stamp(p.timeline_shrink, 1);
   uint16_t* out = static_cast<uint16_t*>(p.shrink_out) + pair * kRank + rb * kRows;
   if (l < 0) {  // padding or no LoRA: a zero row, never published
     if (z == 0 && tid < kRows) out[tid] = 0;
     if (p.pdl_mode == 2) pdl_trigger();
-    timeline_stamp(p.timeline_shrink, 4);
     return;
   }
   const bool publisher = rb == 0 && z == 0 && tid == 0 && !implicit_pair(pair, t, p.P, p.T);
@@ -254,18 +271,15 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   float acc[kRows];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) acc[i] = 0.0f;
-  if constexpr (kStages <= 0) {
-    shrink_tile_registers<kFp16, shrink_register_tiles<kStages>(), kRows>(t0, t1, p.H, x_row,
-                                                                          a_rows, acc);
+  if constexpr (kForm.ring_stages == 0) {
+    shrink_tile_registers<kFp16, kForm.register_tiles, kRows>(t0, t1, p.H, x_row, a_rows, acc);
   } else {
-    shrink_tile_loop<kFp16, kStages>(ring, t0, t1, p.H, x_row, a_rows, acc);  // 2 or 3 stages
+    shrink_tile_loop<kFp16, kForm.ring_stages>(ring, t0, t1, p.H, x_row, a_rows, acc);
   }
   if (p.pdl_mode == 2) pdl_trigger();
-  timeline_stamp(p.timeline_shrink, 3);
 
   shrink_reduce_store<kFp16, kRank, kRows>(p, ri, pair, rb, z, acc, warp_sums, &last_split, out);
   if (publisher) publish_end(ri, ticket, t, pair);
-  timeline_stamp(p.timeline_shrink, 4);
 }
 
 }  // namespace dev

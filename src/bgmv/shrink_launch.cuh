@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "bgmv/cake_launch.h"
@@ -33,48 +34,50 @@ void ensure_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& devices_done) 
   devices_done.fetch_or(bit);
 }
 
-template <bool kFp16, int kRank, int kStages, int kRows = kRankTile>
+template <bool kFp16, int kRank, ShrinkKind kKind>
 void launch_shrink_instance(const CakeParams& p, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_set{0};
-  auto kernel = cake_shrink_kernel<kFp16, kRank, kStages, kRows>;
-  const int smem = shrink_smem_bytes(kStages);
+  constexpr ShrinkForm kForm = shrink_form(kKind);
+  auto kernel = cake_shrink_kernel<kFp16, kRank, kKind>;
+  const int smem = shrink_smem_bytes(kForm.ring_stages);
   ensure_smem(kernel, smem, smem_set);
-  const dim3 grid(static_cast<unsigned>(p.P), kRank / kRows, static_cast<unsigned>(p.splits));
+  const dim3 grid(static_cast<unsigned>(p.P), kRank / kForm.rows, static_cast<unsigned>(p.splits));
   kernel<<<grid, kShrinkThreads, smem, stream>>>(p);
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
 
-/// The unit launcher: form 0 = 2-stage ring, form 2 = 3-stage ring, form 3 = registers (4 k
-/// tiles per trip), form 4 = registers (1 k tile per trip), forms 5 / 6 = form 3 in 4- / 2-row
-/// rank blocks (2x / 4x the CTAs, one split); dtype 0 bf16, 1 fp16.
+/// The unit launcher: one instance per ShrinkKind (half / quarter blocks: 2x / 4x the CTAs,
+/// one split); dtype 0 bf16, 1 fp16.
 template <int kRank>
 void launch_cake_shrink_rank(const CakeParams& p, void* stream) {
   if (p.R != kRank) throw InvalidArgument("rank", "the shrink unit was built for another rank");
-  if (p.form != 0 && p.form != 2 && p.form != 3 && p.form != 4 && p.form != 5 && p.form != 6) {
-    throw Unsupported("shrink_launch", "only shrink forms 0, 2, 3, 4, 5 and 6 are built");
+  if (shrink_form_number(p.shrink) < 0) {
+    throw Unsupported("shrink_launch",
+                      "unknown shrink kind " + std::to_string(static_cast<int>(p.shrink)));
   }
   if (p.splits < 1 || p.splits > kMaxSplits || (p.splits > 1 && p.P > kMaxSplitPairs)) {
     throw InvalidArgument("shrink_launch", "splits must be 1..8, and 1 when P > 128");
   }
-  if ((p.form == 5 || p.form == 6) && p.splits != 1) {
-    throw InvalidArgument("shrink_launch", "forms 5 and 6 (4- and 2-row blocks) take one split");
+  if (shrink_form(p.shrink).rows != kRankTile && p.splits != 1) {
+    throw InvalidArgument("shrink_launch", "half and quarter rank blocks take one split");
   }
   if (p.P <= 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   const auto launch = [&](auto fp16) {
     constexpr bool kFp16 = decltype(fp16)::value;
-    if (p.form == 6) {
-      launch_shrink_instance<kFp16, kRank, 0, kRankTile / 4>(p, s);
-    } else if (p.form == 5) {
-      launch_shrink_instance<kFp16, kRank, 0, kRankTile / 2>(p, s);
-    } else if (p.form == 4) {
-      launch_shrink_instance<kFp16, kRank, -1>(p, s);
-    } else if (p.form == 3) {
-      launch_shrink_instance<kFp16, kRank, 0>(p, s);
-    } else if (p.form == 2) {
-      launch_shrink_instance<kFp16, kRank, 3>(p, s);
-    } else {
-      launch_shrink_instance<kFp16, kRank, 2>(p, s);
+    switch (p.shrink) {
+      case ShrinkKind::kRegistersQuarterBlock:
+        return launch_shrink_instance<kFp16, kRank, ShrinkKind::kRegistersQuarterBlock>(p, s);
+      case ShrinkKind::kRegistersHalfBlock:
+        return launch_shrink_instance<kFp16, kRank, ShrinkKind::kRegistersHalfBlock>(p, s);
+      case ShrinkKind::kRegistersOneTile:
+        return launch_shrink_instance<kFp16, kRank, ShrinkKind::kRegistersOneTile>(p, s);
+      case ShrinkKind::kRegisters:
+        return launch_shrink_instance<kFp16, kRank, ShrinkKind::kRegisters>(p, s);
+      case ShrinkKind::kRing3Stage:
+        return launch_shrink_instance<kFp16, kRank, ShrinkKind::kRing3Stage>(p, s);
+      case ShrinkKind::kRing2Stage:
+        return launch_shrink_instance<kFp16, kRank, ShrinkKind::kRing2Stage>(p, s);
     }
   };
   if (p.dtype == 1) {

@@ -20,13 +20,12 @@ namespace cakemoe {
 namespace bgmv {
 namespace dev {
 
-template <bool kFp16, int kHidden, int kSchedule, int kPrewait>
+template <bool kFp16, int kHidden, int kSchedule, Prewait kPrewait>
 void launch_specialized_mode(const CakeParams& p, cudaStream_t stream) {
   using X = SpecializedExpand<kHidden, kSchedule>;
-  using Sched = typename X::Sched;
-  launch_pdl(cake_expand_kernel<kFp16, kSpecializedRank, Sched::kThreads, Sched::kItems,
-                                Sched::kBatch, kPrewait, typename X::Lanes>,
-             dim3(static_cast<unsigned>(p.T), X::kBlocks), dim3(Sched::kThreads), 0, stream,
+  using Shape = typename X::Shape;
+  launch_pdl(cake_expand_kernel<kFp16, Shape, kPrewait, typename X::Lanes>,
+             dim3(static_cast<unsigned>(p.T), X::kBlocks), dim3(Shape::kThreads), 0, stream,
              p.pdl_mode != 0, p);
 }
 

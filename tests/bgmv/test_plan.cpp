@@ -16,7 +16,8 @@ namespace {
 
 void expect_shrink(int64_t p, int64_t r, int64_t h, Arch arch, int form, int splits) {
   const ShrinkLaunch s = select_generic_shrink(p, r, h, arch);
-  EXPECT_EQ(s.form, form) << "P=" << p << " R=" << r << " H=" << h << " " << arch_name(arch);
+  EXPECT_EQ(shrink_form_number(s.kind), form)
+      << "P=" << p << " R=" << r << " H=" << h << " " << arch_name(arch);
   EXPECT_EQ(s.splits, splits) << "P=" << p << " R=" << r << " H=" << h << " " << arch_name(arch);
 }
 
@@ -281,14 +282,14 @@ ProblemDesc desc(int64_t t, int64_t p, int64_t h, int64_t r, int64_t l, int64_t 
 }
 
 TEST(BgmvPlanChoice, CakeChoices) {
-  // The SM90 register-shrink region: form 5 (64 CTAs of 4 rows), one split (spec §4.1's rule
-  // would say (2, 3)).
+  // The SM90 register-shrink region: half blocks (64 CTAs of 4 rows), one split (spec §4.1's
+  // rule would say (2, 3)).
   PlanChoice c = choose_cake_plan(desc(4, 8, 3072, 32, 2, 128));
   EXPECT_EQ(c.variant, Variant::kGeneric);
   ASSERT_TRUE(c.shrink_launch.has_value());
-  EXPECT_EQ(c.shrink_launch->form, 5);
+  EXPECT_EQ(c.shrink_launch->kind, ShrinkKind::kRegistersHalfBlock);
   EXPECT_EQ(c.shrink_launch->splits, 1);
-  EXPECT_EQ(select_generic_shrink(8, 32, 3072, Arch::kSm90a).form, 2);
+  EXPECT_EQ(select_generic_shrink(8, 32, 3072, Arch::kSm90a).kind, ShrinkKind::kRing3Stage);
   EXPECT_EQ(select_generic_shrink(8, 32, 3072, Arch::kSm90a).splits, 3);
   ProblemDesc blackwell_small = desc(4, 8, 3072, 32, 2, 128);
   blackwell_small.arch = Arch::kSm100a;
@@ -312,12 +313,13 @@ TEST(BgmvPlanChoice, CakeChoices) {
   ProblemDesc bw = desc(512, 1024, 3072, 32, 8, 128);
   bw.arch = Arch::kSm100a;
   EXPECT_FALSE(choose_cake_plan(bw).grouped);
-  // Forced remap keeps the plan's splits (bitwise equal to identity dispatch) with form 0.
+  // Forced remap keeps the plan's splits (bitwise equal to identity dispatch) with the 2-stage
+  // ring (spec form 0).
   ProblemDesc d = desc(4, 8, 3072, 32, 2, 128);
   d.order_remap = true;
   c = choose_cake_plan(d);
   EXPECT_TRUE(c.order_remap);
-  EXPECT_EQ(c.shrink_launch->form, 0);
+  EXPECT_EQ(c.shrink_launch->kind, ShrinkKind::kRing2Stage);
   EXPECT_EQ(c.shrink_launch->splits, 1);
   std::ostringstream os;
   os << c;

@@ -10,10 +10,12 @@
 
 #include "bgmv/bgmv_case.h"
 #include "bgmv/h200_desc.h"
+#include "bgmv/overrides.h"
 #include "bgmv/plan.h"
 #include "bgmv/plan_impl.h"
 #include "cakemoe/bgmv.h"
 #include "cakemoe/errors.h"
+#include "testbed/testbed.h"
 
 namespace cakemoe {
 namespace bgmv {
@@ -25,9 +27,9 @@ ProblemDesc special_desc(int64_t tokens, int64_t top_k, int64_t hidden, int64_t 
   return d;
 }
 
-ProblemDesc forced(ProblemDesc d, int schedule = -1) {
-  d.variant_override = 1;
-  d.schedule_override = schedule;
+ProblemDesc forced(ProblemDesc d, std::optional<int> schedule = std::nullopt) {
+  d.overrides.variant = Variant::kSpecialized;
+  d.overrides.specialized_schedule = schedule;
   return d;
 }
 
@@ -72,7 +74,7 @@ TEST(BgmvPlanSpecialized, Sm90WindowsFromMeasurements) {
   ProblemDesc bw = special_desc(256, 2, 3072, 32);
   bw.arch = Arch::kSm100a;
   EXPECT_EQ(choose_cake_plan(bw).variant, Variant::kSpecialized);
-  bw.variant_override = 0;
+  bw.overrides.variant = Variant::kGeneric;
   EXPECT_EQ(choose_cake_plan(bw).variant, Variant::kGeneric);
 }
 
@@ -81,7 +83,7 @@ TEST(BgmvPlanSpecialized, ForcedAttributes) {
     for (int64_t t : {1, 4, 8, 32, 512, 1024, 2048}) {
       const ProblemDesc d = special_desc(t, 2, h, 32);
       ProblemDesc generic = d;
-      generic.variant_override = 0;
+      generic.overrides.variant = Variant::kGeneric;
       const PlanChoice g = choose_cake_plan(generic);
       const PlanChoice s = choose_cake_plan(forced(d));
       const std::string at = "H=" + std::to_string(h) + " T=" + std::to_string(t);
@@ -130,11 +132,11 @@ TEST(BgmvPlanSpecialized, ForcedRefusals) {
   expect_refused<InvalidArgument>(forced(special_desc(8, 2, 3072, 32), 3), "schedule_id",
                                   "schedule 3");
   d = special_desc(16, 2, 3072, 32);  // P 32: outside the SM90 windows, generic
-  d.schedule_override = 1;
+  d.overrides.specialized_schedule = 1;
   expect_refused<InvalidArgument>(d, "schedule_id", "schedule on a generic plan");
   d = special_desc(8, 2, 3072, 32);
-  d.variant_override = 2;
-  expect_refused<InvalidArgument>(d, "variant", "override 2");
+  d.overrides.variant = Variant::kPortable;  // prepare's business, not the Cake planner's
+  expect_refused<InvalidArgument>(d, "variant", "portable forced into the Cake planner");
   // grouped=false / order_remap=false are no conflict.
   d = forced(special_desc(8, 2, 3072, 32));
   d.grouped = false;
@@ -142,12 +144,12 @@ TEST(BgmvPlanSpecialized, ForcedRefusals) {
   EXPECT_EQ(choose_cake_plan(d).variant, Variant::kSpecialized);
 }
 
-/// A CPU plan of `c` with the given internals.
-BgmvPlan prepare_cpu(bgmv_test::Case& c, const detail::PrepareInternals& internals,
+/// A CPU plan of `c` with the given overrides.
+BgmvPlan prepare_cpu(bgmv_test::Case& c, const PlanOverrides& overrides,
                      const BgmvOptions& options = BgmvOptions()) {
   return BgmvPlan(detail::prepare_impl(c.x_view(), c.a_views(), c.b_views(), c.sorted_view(),
                                        c.experts_view(), c.lora_view(), c.weights_view(),
-                                       c.spec.experts, options, internals));
+                                       c.spec.experts, options, overrides));
 }
 
 std::vector<float> y_of(BgmvPlan& plan) {
@@ -167,11 +169,11 @@ TEST(BgmvPlanSpecialized, CpuBackendForcedSameBitsAsGeneric) {
     spec.top_k = 2;
     spec.experts = 16;
     bgmv_test::Case c = bgmv_test::make_case(spec);
-    detail::PrepareInternals special;
-    special.variant_override = 1;
+    PlanOverrides special;
+    special.variant = Variant::kSpecialized;
     BgmvPlan s = prepare_cpu(c, special);
-    detail::PrepareInternals generic;
-    generic.variant_override = 0;
+    PlanOverrides generic;
+    generic.variant = Variant::kGeneric;
     BgmvPlan g = prepare_cpu(c, generic);
     EXPECT_EQ(s.variant(), "specialized");
     EXPECT_EQ(g.variant(), "generic");
@@ -188,8 +190,8 @@ TEST(BgmvPlanSpecialized, CpuBackendForcedSameBitsAsGeneric) {
   other.hidden = 2048;
   other.rank = 32;
   bgmv_test::Case c = bgmv_test::make_case(other);
-  detail::PrepareInternals special;
-  special.variant_override = 1;
+  PlanOverrides special;
+  special.variant = Variant::kSpecialized;
   try {
     prepare_cpu(c, special);
     ADD_FAILURE() << "expected InvalidArgument(variant) for hidden 2048";
@@ -198,9 +200,10 @@ TEST(BgmvPlanSpecialized, CpuBackendForcedSameBitsAsGeneric) {
   }
 }
 
-// CAKEMOE_BGMV_VARIANT: "specialized" takes the specialized variant wherever it can run and
-// leaves other shapes generic; "generic" turns it off; PrepareInternals wins; a typo raises.
-TEST(BgmvPlanSpecialized, EnvironmentVariable) {
+// The variant is forced through PlanOverrides only: the former A/B environment switches change
+// nothing (the library reads no CAKEMOE_BGMV_* variable), and a typo in the overrides' text form
+// raises InvalidArgument("overrides").
+TEST(BgmvPlanSpecialized, OverridesNotEnvironment) {
   bgmv_test::CaseSpec spec;
   spec.hidden = 3072;
   spec.rank = 32;
@@ -210,36 +213,33 @@ TEST(BgmvPlanSpecialized, EnvironmentVariable) {
   bgmv_test::Case special_case = bgmv_test::make_case(spec);
   spec.hidden = 2048;
   bgmv_test::Case other_case = bgmv_test::make_case(spec);
-  const auto variant = [](bgmv_test::Case& c, int override_value, std::optional<bool> grouped) {
-    detail::PrepareInternals internals;
-    internals.variant_override = override_value;
+  const auto variant = [](bgmv_test::Case& c, const std::string& overrides,
+                          std::optional<bool> grouped) {
     BgmvOptions o;
     o.grouped = grouped;
-    return prepare_cpu(c, internals, o).variant();
+    return prepare_cpu(c, parse_plan_overrides(overrides), o).variant();
   };
-  ::setenv("CAKEMOE_BGMV_VARIANT", "specialized", 1);
-  const std::string env_special = variant(special_case, -1, std::nullopt);
-  const std::string env_other = variant(other_case, -1, std::nullopt);
-  const std::string env_grouped = variant(special_case, -1, true);
-  const std::string env_internal = variant(special_case, 0, std::nullopt);
-  ::setenv("CAKEMOE_BGMV_VARIANT", "generic", 1);
-  const std::string env_generic = variant(special_case, -1, std::nullopt);
-  ::setenv("CAKEMOE_BGMV_VARIANT", "fast", 1);
+  // Unset: T 8 is inside the SM90 windows (the CPU backend reports an SM90 device's choice).
+  EXPECT_EQ(variant(special_case, "", std::nullopt), "specialized");
+  EXPECT_EQ(variant(special_case, "variant=generic", std::nullopt), "generic");
+  EXPECT_EQ(variant(special_case, "variant=specialized", std::nullopt), "specialized");
+  EXPECT_EQ(variant(other_case, "", std::nullopt), "generic");
+  EXPECT_EQ(variant(special_case, "", true), "generic");
+  EXPECT_THROW(variant(other_case, "variant=specialized", std::nullopt), InvalidArgument);
+  EXPECT_EQ(variant(special_case, "variant=portable", std::nullopt), "portable");
+  {
+    const testbed::ScopedEnv env_variant("CAKEMOE_BGMV_VARIANT", "generic");
+    const testbed::ScopedEnv env_shrink("CAKEMOE_BGMV_SHRINK", "not a shrink");
+    const testbed::ScopedEnv env_schedule("CAKEMOE_BGMV_SCHEDULE", "7");
+    EXPECT_EQ(variant(special_case, "", std::nullopt), "specialized");
+  }
   std::string typo_argument;
   try {
-    variant(special_case, -1, std::nullopt);
+    parse_plan_overrides("variant=fast");
   } catch (const InvalidArgument& e) {
     typo_argument = e.argument();
   }
-  ::unsetenv("CAKEMOE_BGMV_VARIANT");
-  EXPECT_EQ(env_special, "specialized");
-  EXPECT_EQ(env_other, "generic");
-  EXPECT_EQ(env_grouped, "generic");
-  EXPECT_EQ(env_internal, "generic");
-  EXPECT_EQ(env_generic, "generic");
-  EXPECT_EQ(typo_argument, "CAKEMOE_BGMV_VARIANT");
-  // Unset: T 8 is inside the SM90 windows (the CPU backend reports the H200's choice).
-  EXPECT_EQ(variant(special_case, -1, std::nullopt), "specialized");
+  EXPECT_EQ(typo_argument, "overrides");
 }
 
 }  // namespace

@@ -415,27 +415,45 @@ TEST(BgmvPrepareBindings, RunRefusesRebinding) {
   EXPECT_THROW(empty.run(), InvalidArgument);
 }
 
-// The bench's grouped-prefix option: 0..3 accepted, anything else named and refused.
-TEST(BgmvPrepare, GroupedLastStageRange) {
+// The grouped forms a test or bench may force (PlanOverrides): out-of-range values are refused
+// naming the field; accepted ones are what the plan reports (and what the CUDA setup copies).
+TEST(BgmvPrepare, GroupedOverridesAreCheckedAndReported) {
   Case c = small_case();
   Args args(c);
-  for (const int last : {-1, 4}) {
-    detail::PrepareInternals internals;
-    internals.grouped_last_stage = last;
+  args.options.grouped = true;
+  const auto prepare = [&](const PlanOverrides& overrides) {
+    return detail::prepare_impl(args.x, args.a, args.b, args.sorted, args.experts, args.lora,
+                                args.weights, args.num_experts, args.options, overrides);
+  };
+  const auto refused = [&](const PlanOverrides& overrides, const std::string& argument) {
     try {
-      detail::prepare_impl(args.x, args.a, args.b, args.sorted, args.experts, args.lora,
-                           args.weights, args.num_experts, args.options, internals);
-      ADD_FAILURE() << "expected InvalidArgument(grouped_last_stage) for " << last;
+      prepare(overrides);
+      ADD_FAILURE() << "expected InvalidArgument(" << argument << ")";
     } catch (const InvalidArgument& e) {
-      EXPECT_EQ(e.argument(), "grouped_last_stage");
+      EXPECT_EQ(e.argument(), argument);
     }
-  }
-  detail::PrepareInternals internals;
-  internals.grouped_last_stage = 1;
-  EXPECT_EQ(detail::prepare_impl(args.x, args.a, args.b, args.sorted, args.experts, args.lora,
-                                 args.weights, args.num_experts, args.options, internals)
-                ->grouped_last_stage,
-            1);
+  };
+  PlanOverrides bad_stage;
+  bad_stage.grouped_stage = 3;
+  refused(bad_stage, "grouped_stage");
+  PlanOverrides bad_pdl;
+  bad_pdl.launch_pdl_mode = 3;
+  refused(bad_pdl, "launch_pdl_mode");
+  const GroupedGeometry picked = prepare({})->choice.geometry;
+  EXPECT_TRUE(picked.fused_index);          // a few pairs: the one-CTA index
+  EXPECT_TRUE(picked.packed_routes);        // P <= 65536, T <= 32768
+  EXPECT_TRUE(picked.discard_partials);     // H 256 % 32 == 0
+  EXPECT_FALSE(picked.tensor_core_expand);  // rank 16: SIMT
+  PlanOverrides forced;
+  forced.grouped_stage = 0;
+  forced.fused_index = false;
+  forced.packed_routes = false;
+  forced.launch_pdl_mode = 0;
+  const std::shared_ptr<BgmvPlan::Impl> impl = prepare(forced);
+  EXPECT_EQ(impl->choice.geometry.stage, 0);
+  EXPECT_FALSE(impl->choice.geometry.fused_index);
+  EXPECT_FALSE(impl->choice.geometry.packed_routes);
+  EXPECT_EQ(impl->choice.launch_pdl_mode, 0);
 }
 
 }  // namespace

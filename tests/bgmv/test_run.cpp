@@ -70,7 +70,7 @@ TEST(BgmvRun, CakeEligibleAttributesAndResult) {
     EXPECT_TRUE(plan.fallback_reason().empty());
     const ShrinkLaunch expected = plan_generic_shrink(64, 16, 768, Arch::kSm90a);
     ASSERT_TRUE(plan.shrink_launch().has_value());
-    EXPECT_EQ(plan.shrink_launch()->form, expected.form);
+    EXPECT_EQ(plan.shrink_launch()->kind, expected.kind);
     EXPECT_EQ(plan.shrink_launch()->splits, expected.splits);
     EXPECT_EQ(plan.schedule_id(), 1);
     EXPECT_EQ(plan.pdl_mode(), 1);
@@ -251,7 +251,7 @@ TEST(BgmvRun, GroupedForcedKeepsShrinkBitsAndStaysClose) {
   remap.order_remap = true;
   BgmvPlan remapped = prepare(c, remap);
   EXPECT_TRUE(remapped.order_remap());
-  EXPECT_EQ(remapped.shrink_launch()->form, 0);
+  EXPECT_EQ(remapped.shrink_launch()->kind, ShrinkKind::kRing2Stage);
   EXPECT_EQ(dense_f(remapped.run()), yp);
 }
 

@@ -29,6 +29,9 @@ using bgmv::launch_cake_expand;
 using bgmv::launch_cake_shrink;
 using bgmv::launch_portable;
 using bgmv::PortableParams;
+using bgmv::shrink_form_number;
+using bgmv::shrink_kind_name;
+using bgmv::ShrinkKind;
 using formats::float_to_bits;
 using gpu_testbed::DeviceBuffer;
 
@@ -89,15 +92,25 @@ inline ::testing::AssertionResult same_rows(const std::vector<float>& got,
   return ::testing::AssertionFailure() << os.str();
 }
 
-/// Launch choices; -1 = what the plan selectors pick on an H200 (sm90a, 132 SMs).
+/// The ShrinkKind of a spec form number (0, 2-6; shrink_form_number's inverse).
+inline ShrinkKind kind_of_form(int form) {
+  for (const ShrinkKind kind :
+       {ShrinkKind::kRing2Stage, ShrinkKind::kRing3Stage, ShrinkKind::kRegisters,
+        ShrinkKind::kRegistersOneTile, ShrinkKind::kRegistersHalfBlock,
+        ShrinkKind::kRegistersQuarterBlock}) {
+    if (shrink_form_number(kind) == form) return kind;
+  }
+  return static_cast<ShrinkKind>(-1);
+}
+
+/// Launch choices; -1 = what the plan selectors pick on an SM90 device with 132 SMs.
 struct LaunchConfig {
-  int form = -1;
+  int form = -1;  ///< shrink kind by spec form number (kind_of_form)
   int splits = -1;
   int schedule = -1;
   int pdl = -1;
-  int prewait = -1;      ///< CakeParams::prewait (-1: its default, 1)
-  bool remap = false;    ///< a random CTA order (spec §6) instead of the identity
-  int64_t y_pad = 16;    ///< canary columns right of each y row
+  bool remap = false;  ///< a random CTA order (spec §6) instead of the identity
+  int64_t y_pad = 16;  ///< canary columns right of each y row
 };
 
 /// A problem on the device with its Cake params (route index zeroed once, never reset).
@@ -136,10 +149,9 @@ class CakeRun {
     p_.P = p_n;
     p_.L = c.spec.loras;
     p_.E = c.spec.experts;
-    p_.form = cfg.form >= 0 ? cfg.form : pick.form;
+    p_.shrink = cfg.form >= 0 ? kind_of_form(cfg.form) : pick.kind;
     p_.splits = cfg.splits >= 0 ? cfg.splits : pick.splits;
     p_.schedule_id = cfg.schedule >= 0 ? cfg.schedule : bgmv::select_generic_schedule(t_n);
-    if (cfg.prewait >= 0) p_.prewait = cfg.prewait;
     p_.pdl_mode = cfg.pdl >= 0 ? cfg.pdl
                                : bgmv::select_pdl_mode(bgmv::Variant::kGeneric, t_n, h,
                                                        bgmv::Arch::kSm90a, 132);

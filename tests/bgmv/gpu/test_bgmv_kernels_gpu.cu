@@ -41,7 +41,7 @@ void check_runs(CakeRun& run, const bgmv_test::Case& c, const LaunchConfig& cfg,
   const CakeParams& p = run.params();
   SCOPED_TRACE("T=" + std::to_string(p.T) + " H=" + std::to_string(p.H) +
                " R=" + std::to_string(p.R) + " P=" + std::to_string(p.P) +
-               " dtype=" + std::to_string(p.dtype) + " form=" + std::to_string(p.form) +
+               " dtype=" + std::to_string(p.dtype) + " shrink=" + shrink_kind_name(p.shrink) +
                " splits=" + std::to_string(p.splits) +
                " schedule=" + std::to_string(p.schedule_id) + " pdl=" + std::to_string(p.pdl_mode) +
                " remap=" + std::to_string(cfg.remap));
@@ -110,15 +110,15 @@ TEST(BgmvKernelsGpu, LaunchersRejectWhatNoUnitImplements) {
   EXPECT_THROW(launch_cake_shrink(p, nullptr), InvalidArgument);
   EXPECT_THROW(launch_cake_expand(p, nullptr), InvalidArgument);
   p.R = 32;
-  p.form = 1;  // the decode form is never built
+  p.shrink = static_cast<ShrinkKind>(6);  // past the kinds: no instance
   EXPECT_THROW(launch_cake_shrink(p, nullptr), Unsupported);
-  p.form = 7;
+  p.shrink = static_cast<ShrinkKind>(-1);
   EXPECT_THROW(launch_cake_shrink(p, nullptr), Unsupported);
-  p.form = 5;  // half rank blocks: one split only
+  p.shrink = ShrinkKind::kRegistersHalfBlock;  // half rank blocks: one split only
   p.splits = 2;
   EXPECT_THROW(launch_cake_shrink(p, nullptr), InvalidArgument);
   p.splits = 1;
-  p.form = 0;
+  p.shrink = ShrinkKind::kRing2Stage;
   p.splits = 2;
   p.P = 129;  // the split-K region holds 128 pairs
   EXPECT_THROW(launch_cake_shrink(p, nullptr), InvalidArgument);
@@ -498,21 +498,17 @@ TEST(BgmvKernelsGpu, PortableSpecFallbackShapes) {
 // ---- Lane-cooperative expand (R/8 lanes per column, batched routes, pre-wait route scan) -------
 
 /// One Cake problem over several forced expand schedules and PDL modes (fresh route index each).
-/// Every schedule (narrow, wide, decode) x every PDL mode x both pre-wait settings
-/// (CakeParams::prewait: the staged contiguous pair of P > 256 against the route-index path alone).
+/// Every schedule (narrow, wide, decode) x every PDL mode; the launcher stages the contiguous pair
+/// before the wait where it applies (P > 256, P == 2T; the wide schedule), else the route index.
 void check_expand_variants(bgmv_test::Case& c, int runs, const char* label) {
   for (int schedule : {0, 1, 2}) {
     for (int pdl : {0, 1, 2}) {
-      for (int prewait : {1, 0}) {
-        LaunchConfig cfg;
-        cfg.schedule = schedule;
-        cfg.pdl = pdl;
-        cfg.prewait = prewait;
-        SCOPED_TRACE(std::string(label) + " k=" + std::to_string(c.spec.top_k) +
-                     " prewait=" + std::to_string(prewait));
-        check_cake(c, cfg, runs, "forced schedule / pdl / prewait");
-        if (::testing::Test::HasFatalFailure()) return;
-      }
+      LaunchConfig cfg;
+      cfg.schedule = schedule;
+      cfg.pdl = pdl;
+      SCOPED_TRACE(std::string(label) + " k=" + std::to_string(c.spec.top_k));
+      check_cake(c, cfg, runs, "forced schedule / pdl");
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
 }

@@ -26,12 +26,12 @@ CaseSpec special_spec(DType dtype, int64_t hidden, int64_t tokens, int64_t top_k
 /// A GPU plan with the variant forced (0 generic, 1 specialized) and, for 1, the schedule.
 BgmvPlan prepare_forced(const GpuCase& g, int variant, int schedule,
                         const BgmvOptions& options = BgmvOptions()) {
-  bgmv::detail::PrepareInternals internals;
-  internals.variant_override = variant;
-  internals.specialized_schedule = schedule;
+  bgmv::PlanOverrides overrides;
+  overrides.variant = variant == 1 ? bgmv::Variant::kSpecialized : bgmv::Variant::kGeneric;
+  if (schedule >= 0) overrides.specialized_schedule = schedule;
   return BgmvPlan(bgmv::detail::prepare_impl(g.x, g.views(g.a), g.views(g.b), g.sorted, g.experts,
                                              g.loras, g.weights, g.host.spec.experts, options,
-                                             internals));
+                                             overrides));
 }
 
 #define CAKEMOE_REQUIRE_SPECIALIZED(hidden)                                              \

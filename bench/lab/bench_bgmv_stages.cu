@@ -1,12 +1,14 @@
-// bench_bgmv --stages (bench/NOTES.md "BGMV Cake path on the H200", recommendation 0): for a few
-// representative rows, the median cold-L2 time of graph replays of the whole plan, the order-remap
-// prologue, the shrink alone, the expand alone, and empty graphs (the launch-latency floor), with
-// the spec §14 bytes each stage must move. Included by bench_bgmv.cu only.
-#pragma once
-
-#include <cooperative_groups.h>
+// BGMV stage table (bench/NOTES.md "BGMV Cake path on the H200", recommendation 0), a lab binary
+// built on demand (`cmake --build BUILD --target bench_bgmv_stages`): for a few representative
+// rows, the median cold-L2 time of graph replays of the whole plan, the order-remap prologue, the
+// shrink alone, the expand alone (per-route plans) or of the grouped pipeline cut after each stage
+// (grouped plans, from the product's per-stage launchers), and empty graphs (the launch-latency
+// floor), with the spec §14 bytes each stage must move.
+//
+//   bench_bgmv_stages [--reps=N] [--flush=memset|none]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -16,7 +18,9 @@
 #include "bench_bgmv_common.cuh"
 #include "bgmv/cake_device.cuh"
 #include "bgmv/cake_launch.h"
+#include "bgmv/cuda_plan_launch.h"
 #include "bgmv/grouped_launch.h"
+#include "bgmv/grouped_pipeline.cuh"
 #include "bgmv/plan_impl.h"
 #include "core/kernel_registry.h"
 
@@ -28,112 +32,6 @@ __global__ void null_kernel() {}
 // at entry, the second is launched as a programmatic dependent and waits.
 __global__ void null_trigger_kernel() { bgmv::dev::pdl_trigger(); }
 __global__ void null_wait_kernel() { bgmv::dev::pdl_wait(); }
-
-// The handoff of a decode plan with nothing else in it (bench/NOTES.md session 15): producers
-// (the shrink: kHandoffProducers CTAs, 12 KB each from HBM) hand 512 bytes each to consumers (the
-// expand: kHandoffConsumers CTAs that load 16 KB of their own before the handoff, then read every
-// producer's bytes). Two kernels with a PDL edge, or one kernel whose consumers spin on an arrival
-// counter the producers release (reset by the last consumer: the next replay starts after this
-// grid completed).
-constexpr int kHandoffProducers = 32, kHandoffConsumers = 24, kHandoffThreads = 128;
-constexpr int kHandoffProducerVectors = 12 * 1024 / 16 / kHandoffThreads;  // uint4 per thread
-constexpr int kHandoffConsumerVectors = 16 * 1024 / 16 / kHandoffThreads;
-
-struct HandoffBuffers {
-  const uint4* a;      ///< [producers][12 KB]
-  const uint4* b;      ///< [consumers][16 KB]
-  float* mid;          ///< [producers][128]
-  float* out;          ///< [consumers][128]
-  unsigned* counters;  ///< {arrivals, departures}, zero between launches
-};
-
-/// The sum of this thread's kVectors 16-byte loads src[i * kHandoffThreads + tid] (the loads
-/// are what the graphs time; the sum keeps them alive).
-template <int kVectors>
-__device__ __forceinline__ float handoff_load(const uint4* src) {
-  float acc = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kVectors; ++i) {
-    const uint4 v = __ldg(src + i * kHandoffThreads + threadIdx.x);
-    acc +=
-        __uint_as_float(v.x) + __uint_as_float(v.y) + __uint_as_float(v.z) + __uint_as_float(v.w);
-  }
-  return acc;
-}
-
-__device__ __forceinline__ void handoff_produce(const HandoffBuffers& h, int cta) {
-  h.mid[cta * kHandoffThreads + threadIdx.x] =
-      handoff_load<kHandoffProducerVectors>(h.a + cta * kHandoffProducerVectors * kHandoffThreads);
-}
-
-__device__ __forceinline__ float handoff_preload(const HandoffBuffers& h, int cta) {
-  return handoff_load<kHandoffConsumerVectors>(h.b +
-                                               cta * kHandoffConsumerVectors * kHandoffThreads);
-}
-
-__device__ __forceinline__ void handoff_consume(const HandoffBuffers& h, int cta, float acc) {
-#pragma unroll 8
-  for (int j = 0; j < kHandoffProducers; ++j)
-    acc += __ldcg(h.mid + j * kHandoffThreads + threadIdx.x);
-  h.out[cta * kHandoffThreads + threadIdx.x] = acc;
-}
-
-__global__ void handoff_producer_kernel(HandoffBuffers h) {
-  bgmv::dev::pdl_trigger();
-  handoff_produce(h, blockIdx.x);
-}
-__global__ void handoff_consumer_kernel(HandoffBuffers h) {
-  const float acc = handoff_preload(h, blockIdx.x);
-  bgmv::dev::pdl_wait();
-  handoff_consume(h, blockIdx.x, acc);
-}
-__global__ void handoff_one_kernel(HandoffBuffers h) {
-  if (blockIdx.x < kHandoffProducers) {
-    handoff_produce(h, blockIdx.x);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(h.counters, 1u);
-    }
-    return;
-  }
-  const int cta = blockIdx.x - kHandoffProducers;
-  const float acc = handoff_preload(h, cta);
-  if (threadIdx.x == 0) {
-    unsigned seen = 0;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(h.counters) : "memory");
-    } while (seen < kHandoffProducers);
-  }
-  __syncthreads();
-  handoff_consume(h, cta, acc);
-  if (threadIdx.x == 0 && atomicAdd(h.counters + 1, 1u) == kHandoffConsumers - 1) {
-    h.counters[0] = 0;
-    h.counters[1] = 0;
-  }
-}
-
-// The same bytes handed off inside thread-block clusters (the skeleton of the cluster decode,
-// bench/NOTES.md session 15: 4.70 µs, while the real one lost 1.27-1.56x): 56 CTAs in clusters of
-// 8, each reads 6 KB from HBM into a partial and loads 8 KB of its own, then a cluster barrier,
-// then it reads its 7 peers' partials through distributed shared memory.
-constexpr int kHandoffClusterCtas = 56, kHandoffCluster = 8;
-__global__ void __cluster_dims__(kHandoffCluster, 1, 1) handoff_cluster_kernel(HandoffBuffers h) {
-  namespace cg = cooperative_groups;
-  __shared__ float partial[kHandoffThreads];
-  const cg::cluster_group cluster = cg::this_cluster();
-  const int cta = blockIdx.x;
-  constexpr int kA = kHandoffProducerVectors / 2, kB = kHandoffConsumerVectors / 2;
-  const float acc = handoff_load<kA>(h.a + cta * kA * kHandoffThreads);
-  float pre = handoff_load<kB>(h.b + cta * kB * kHandoffThreads);
-  partial[threadIdx.x] = acc;
-  cluster.sync();
-#pragma unroll
-  for (unsigned r = 0; r < kHandoffCluster; ++r)
-    pre += *cluster.map_shared_rank(&partial[threadIdx.x], r);
-  cluster.sync();  // no CTA leaves while a peer may still read its shared memory
-  h.out[cta * kHandoffThreads + threadIdx.x] = pre;
-}
 
 /// An instantiated graph, destroyed with its owner.
 class GraphExec {
@@ -236,9 +134,10 @@ void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_
   const Inputs in(s, a_buf, b_buf, x_buf);
   const int64_t u = in.routing.bins_touched, p = s.tokens * s.top_k;
   // NOTE: the generic variant: the stages below are the generic kernels, driven with the plan's
-  // launch operands (the specialized variant has its own kernels; --specialized times it).
-  bgmv::detail::PrepareInternals generic;
-  generic.variant_override = 0;
+  // launch operands (the specialized variant has its own kernels; bench_bgmv --specialized
+  // times it).
+  bgmv::PlanOverrides generic;
+  generic.variant = bgmv::Variant::kGeneric;
   std::shared_ptr<bgmv::BgmvPlan::Impl> impl = bgmv::detail::prepare_impl(
       in.x, {in.a}, {in.b}, in.sorted, in.experts, in.loras, in.weights, s.experts, {}, generic);
   bgmv::BgmvPlan plan(impl);
@@ -259,17 +158,19 @@ void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_
     bench.flush_mode = own;
   }
   if (plan.backend_used() == "cake" && plan.grouped()) {
-    // The grouped pipeline's launches sit behind one launcher: time plans cut after each stage
-    // (PrepareInternals::grouped_last_stage, PDL as in the whole plan); a stage's row is the
-    // difference of its prefix and the one before, i.e. what it adds to the pipelined plan.
+    // The grouped pipeline cut after each stage (the product's stage launchers, PDL as in the
+    // whole plan); a stage's row is the difference of its prefix and the one before, i.e. what it
+    // adds to the pipelined plan.
+    const bgmv::GroupedParams& g = impl->cuda->launch()->grouped;
     const char* names[] = {"index (prefix)", "+ shrink", "+ expand"};
     double before = 0;
     for (int last = 0; last < 3; ++last) {
-      bgmv::detail::PrepareInternals cut = generic;
-      cut.grouped_last_stage = last;
-      bgmv::BgmvPlan prefix(bgmv::detail::prepare_impl(in.x, {in.a}, {in.b}, in.sorted, in.experts,
-                                                       in.loras, in.weights, s.experts, {}, cut));
-      const double us = bench.time_plan(prefix);
+      const GraphExec prefix(bench.stream, [&](cudaStream_t st) {
+        bgmv::grouped::launch_grouped_index(g, st);
+        if (last >= 1) bgmv::grouped::launch_grouped_shrink<true>(g, st);
+        if (last >= 2) bgmv::grouped::launch_grouped_expand<true>(g, st);
+      });
+      const double us = bench.time_graph(prefix.get());
       rows.push_back({names[last], us - before});
       before = us;
     }
@@ -305,68 +206,6 @@ void run_stages(Bench& bench, const Shape& s, void* a_buf, void* b_buf, void* x_
   for (const StageRow& r : rows) print_stage(r);
 }
 
-void run_redundant_cluster_graphs(Bench& bench);  // bench_bgmv_decode_skeleton.cuh
-
-/// The decode handoff in two kernels with a PDL edge against one kernel with a spin (plain and
-/// with the cooperative launch attribute, which guarantees the co-residency the spin needs).
-void run_handoff_graphs(Bench& bench) {
-  const size_t a_bytes = size_t{kHandoffProducers} * 12 * 1024;
-  // NOTE: the cluster form reads 8 KB of b and writes 512 B of out per CTA, for 56 CTAs.
-  const size_t b_bytes = size_t{kHandoffClusterCtas} * 8 * 1024;
-  const size_t mid_bytes = size_t{kHandoffProducers} * kHandoffThreads * sizeof(float);
-  const size_t out_bytes = size_t{kHandoffClusterCtas} * kHandoffThreads * sizeof(float);
-  char* base = nullptr;
-  const size_t total = a_bytes + b_bytes + mid_bytes + out_bytes + 256;
-  CAKEMOE_CUDA_CHECK(cudaMalloc(&base, total));
-  CAKEMOE_CUDA_CHECK(cudaMemset(base, 0x3c, total - 256));
-  CAKEMOE_CUDA_CHECK(cudaMemset(base + total - 256, 0, 256));
-  HandoffBuffers h{};
-  h.a = reinterpret_cast<const uint4*>(base);
-  h.b = reinterpret_cast<const uint4*>(base + a_bytes);
-  h.mid = reinterpret_cast<float*>(base + a_bytes + b_bytes);
-  h.out = reinterpret_cast<float*>(base + a_bytes + b_bytes + mid_bytes);
-  h.counters = reinterpret_cast<unsigned*>(base + total - 256);
-  try {
-    const GraphExec two(bench.stream, [&](cudaStream_t st) {
-      handoff_producer_kernel<<<kHandoffProducers, kHandoffThreads, 0, st>>>(h);
-      CAKEMOE_CUDA_CHECK(cudaGetLastError());
-      bgmv::dev::launch_pdl(handoff_consumer_kernel, dim3(kHandoffConsumers), dim3(kHandoffThreads),
-                            0, st, true, h);
-    });
-    print_stage({"handoff, 2k PDL", bench.time_graph(two.get())});
-    const GraphExec one(bench.stream, [&](cudaStream_t st) {
-      handoff_one_kernel<<<kHandoffProducers + kHandoffConsumers, kHandoffThreads, 0, st>>>(h);
-      CAKEMOE_CUDA_CHECK(cudaGetLastError());
-    });
-    print_stage({"handoff, 1k spin", bench.time_graph(one.get())});
-    const GraphExec coop(bench.stream, [&](cudaStream_t st) {
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(kHandoffProducers + kHandoffConsumers);
-      config.blockDim = dim3(kHandoffThreads);
-      config.stream = st;
-      cudaLaunchAttribute attribute[1] = {};
-      attribute[0].id = cudaLaunchAttributeCooperative;
-      attribute[0].val.cooperative = 1;
-      config.attrs = attribute;
-      config.numAttrs = 1;
-      CAKEMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, handoff_one_kernel, h));
-    });
-    print_stage({"handoff, 1k spin coop", bench.time_graph(coop.get())});
-    const GraphExec clusters(bench.stream, [&](cudaStream_t st) {
-      handoff_cluster_kernel<<<kHandoffClusterCtas, kHandoffThreads, 0, st>>>(h);
-      CAKEMOE_CUDA_CHECK(cudaGetLastError());
-    });
-    print_stage({"handoff, 1k clusters of 8", bench.time_graph(clusters.get())});
-    unsigned counters[2] = {1, 1};
-    CAKEMOE_CUDA_CHECK(cudaMemcpy(counters, h.counters, sizeof(counters), cudaMemcpyDeviceToHost));
-    std::printf("  handoff counters after the replays: %u %u (0 0 expected)\n", counters[0],
-                counters[1]);
-  } catch (const std::exception& e) {
-    std::printf("  handoff graphs not measured: %s\n", e.what());
-  }
-  CAKEMOE_CUDA_CHECK(cudaFree(base));
-}
-
 /// Empty graphs under the same flush / event protocol: 0, 1 and 2 null-kernel nodes, and 2 with
 /// the programmatic (PDL) edge the per-route plans use (the floor a one-kernel decode competes
 /// with).
@@ -389,18 +228,16 @@ void run_empty_graphs(Bench& bench) {
     bgmv::dev::launch_pdl(null_wait_kernel, dim3(1), dim3(32), 0, st, true);
   });
   print_stage({"empty graph, 2k PDL", bench.time_graph(g.get())});
-  run_handoff_graphs(bench);
-  run_redundant_cluster_graphs(bench);
 }
 
-/// --stages: the representative rows of bench/NOTES.md (L 8, E 128) and the 4-LoRA vLLM rows
-/// at T 1024 / 2048 (H 3072) and T 1024 (H 2688).
+/// The representative rows of bench/NOTES.md (L 8, E 128) and the 4-LoRA vLLM rows at T 1024 /
+/// 2048 (H 3072) and T 1024 (H 2688).
 int run_stage_mode(Bench& bench) {
-  const std::vector<Shape> shapes = {
-      {3072, 32, 1, 2, 8, 128},    {3072, 32, 8, 2, 8, 128},    {3072, 32, 256, 2, 8, 128},
-      {3072, 32, 1024, 2, 8, 128}, {3072, 32, 2048, 2, 8, 128}, {3072, 64, 8, 8, 8, 128},
-      {2688, 32, 512, 6, 8, 128},  {3072, 32, 1024, 2, 4, 128}, {3072, 32, 2048, 2, 4, 128},
-      {2688, 32, 1024, 2, 4, 128}};
+  const std::vector<Shape> shapes = {{3072, 32, 1, 2, 8, 128},    {3072, 32, 8, 2, 8, 128},
+                                     {3072, 32, 256, 2, 8, 128},  {3072, 32, 1024, 2, 8, 128},
+                                     {3072, 32, 2048, 2, 8, 128}, {3072, 64, 8, 8, 8, 128},
+                                     {2688, 32, 512, 6, 8, 128},  {3072, 32, 1024, 2, 4, 128},
+                                     {3072, 32, 2048, 2, 4, 128}, {2688, 32, 1024, 2, 4, 128}};
   std::printf(
       "BGMV stage bench: graph replay of each stage alone (per-route plans; stage graphs "
       "without PDL) or of the plan cut after each stage (grouped plans: what each stage "
@@ -419,4 +256,18 @@ int run_stage_mode(Bench& bench) {
 }  // namespace
 }  // namespace cakemoe
 
-#include "bench_bgmv_decode_skeleton.cuh"  // NOTE: last: it uses GraphExec and print_stage
+int main(int argc, char** argv) {
+  try {
+    cakemoe::Bench bench;
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg.rfind("--reps=", 0) == 0) bench.reps = std::max(1, std::stoi(arg.substr(7)));
+      if (arg == "--flush=memset") bench.flush_mode = cakemoe::FlushMode::kMemset;
+      if (arg == "--flush=none") bench.flush_mode = cakemoe::FlushMode::kNone;
+    }
+    return cakemoe::run_stage_mode(bench);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_bgmv_stages: %s\n", e.what());
+    return 1;
+  }
+}
