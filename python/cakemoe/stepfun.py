@@ -17,7 +17,8 @@ Example (numpy, CPU engine)::
 """
 
 from . import _arrays, _cakemoe
-from ._errors import invalid, type_error, warn_experimental
+from ._cakemoe import ArgumentTypeError
+from ._errors import invalid, make_error, type_error, warn_experimental
 from ._launch import StepFunMoeLaunch, StepFunStageLaunch
 from ._stepfun_prep import StepFunActivations, StepFunWeights, prepare_activations, prepare_weights
 
@@ -103,6 +104,7 @@ def stepfun_moe(
     routed_scaling_factor=1.0,
     poison_routing_tail=False,
     stream=None,
+    **unknown,
 ):
     """Runs one StepFun MoE layer (one-shot: prepare, launch, return owning results).
 
@@ -156,7 +158,9 @@ def stepfun_moe(
     """
     warn_experimental()
     args = dict(locals())
-    del args["stream"]
+    del args["stream"], args["unknown"]
+    for name in unknown:
+        raise make_error(ArgumentTypeError, name, "is not an argument of stepfun_moe()")
     kwargs = _layer_kwargs(args)
     with _arrays.device_context(hidden_states):
         refs = _cakemoe.stepfun_moe(kwargs, _arrays.stream_handle(hidden_states, stream))

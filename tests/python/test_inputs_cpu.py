@@ -208,8 +208,9 @@ def test_stepfun_wrong_python_types_name_the_argument(weights, name, value, erro
 
 
 def test_stepfun_unknown_keywords_are_named(weights):
-    raises_named(cakemoe.ArgumentTypeError, "num_expert", cakemoe.prepare_stepfun_moe,
-                 **layer_args(weights, num_expert=4))
+    for entry in (cakemoe.prepare_stepfun_moe, cakemoe.stepfun_moe):
+        raises_named(cakemoe.ArgumentTypeError, "num_expert", entry,
+                     **layer_args(weights, num_expert=4))
     raises_named(cakemoe.ArgumentTypeError, "outputs", cakemoe.finalize, outputs=0,
                  num_experts=4)
 
