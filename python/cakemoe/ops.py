@@ -31,10 +31,10 @@ Examples
 from typing import List, Optional
 
 import torch
+from torch import Tensor
 
 from . import stepfun as _stepfun
 
-Tensor = torch.Tensor
 _GLOBAL_SCALE_INV = 1.0 / 2688.0
 
 

@@ -273,13 +273,17 @@ void register_plan(nb::module_& m) {
                    [](const Plan& p) { return stepfun::sf_layout_name(p.act_sf_layout); })
       .def_ro("routing_variant", &Plan::routing_variant)
       .def_ro("finalize_variant", &Plan::finalize_variant)
-      .def("__eq__",
-           [](const Plan& a, const Plan& b) {
-             return a.family == b.family && a.tile == b.tile && a.fc1_kernel == b.fc1_kernel &&
-                    a.fc2_kernel == b.fc2_kernel && a.act_sf_layout == b.act_sf_layout &&
-                    a.routing_variant == b.routing_variant &&
-                    a.finalize_variant == b.finalize_variant;
-           })
+      .def(
+          "__eq__",
+          [](const Plan& a, nb::object other) -> nb::object {
+            Plan b;
+            if (!nb::try_cast(other, b, false)) return nb::borrow(Py_NotImplemented);
+            return nb::bool_(
+                a.family == b.family && a.tile == b.tile && a.fc1_kernel == b.fc1_kernel &&
+                a.fc2_kernel == b.fc2_kernel && a.act_sf_layout == b.act_sf_layout &&
+                a.routing_variant == b.routing_variant && a.finalize_variant == b.finalize_variant);
+          },
+          nb::sig("def __eq__(self, other: object, /) -> bool"))
       .def("__repr__", [](const Plan& p) {
         std::ostringstream os;
         os << p;
