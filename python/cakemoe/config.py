@@ -77,8 +77,23 @@ class RoutingInputMode(enum.Enum):
 
 @dataclass
 class RoutingConfig:
-    """num_experts: E (global); top_k: K; routed_scaling_factor multiplies FromLogits weights
-    (UnpackedPrecomputed: must be None or 1.0). Bias and expert groups are rejected."""
+    """The router of the layer.
+
+    Parameters
+    ----------
+    num_experts, top_k : int
+        E (global experts) and K.
+    method : RoutingMethodType
+        Only ``Renormalize`` is served.
+    routed_scaling_factor : float, optional
+        Multiplies the FromLogits weights; UnpackedPrecomputed needs None or 1.0.
+    use_routing_bias, routing_bias, n_group, topk_group
+        Rejected unless off / None / 0 or 1.
+
+    Examples
+    --------
+    >>> cakemoe.RoutingConfig(num_experts=288, top_k=8)
+    """
 
     num_experts: int
     top_k: int
@@ -93,7 +108,13 @@ class RoutingConfig:
 @dataclass
 class QuantConfig:
     """The (weights, activations) pair: NVFP4xNVFP4 (``per_token_scale`` selects nvfp4_bf16tok),
-    BF16xBF16, FP8PerTensorxFP8PerTensor or MXFP8xMXFP8."""
+    BF16xBF16, FP8PerTensorxFP8PerTensor or MXFP8xMXFP8.
+
+    Examples
+    --------
+    >>> cakemoe.QuantConfig.nvfp4(per_token_scale=True).family
+    'nvfp4_bf16tok'
+    """
 
     weights: QuantFormat = QuantFormat.NVFP4
     activations: QuantFormat = QuantFormat.NVFP4
@@ -123,7 +144,14 @@ class QuantConfig:
 
 @dataclass
 class ExpertConfig:
-    """intermediate_size: I per expert; local experts [offset, offset + count) (None: all)."""
+    """The experts: ``intermediate_size`` I per expert (after TP), the local experts
+    [local_expert_offset, local_expert_offset + local_num_experts) (None: all E). Fused shared
+    experts are rejected.
+
+    Examples
+    --------
+    >>> cakemoe.ExpertConfig(intermediate_size=1280, local_expert_offset=36, local_num_experts=36)
+    """
 
     intermediate_size: int
     local_expert_offset: int = 0
@@ -140,7 +168,13 @@ class Activation:
 
 
 class SwiGLUStep(Activation):
-    """``min(silu(gate), L) * clamp(up, -L, L)`` with L = ``limit`` (spec §3)."""
+    """``min(silu(gate), L) * clamp(up, -L, L)`` with L = ``limit`` (spec §3).
+
+    Examples
+    --------
+    >>> cakemoe.SwiGLUStep(limit=7.0).limit
+    7.0
+    """
 
     def __init__(self, limit=7.0):
         super().__init__(ActivationType.SwiGLUStep, limit)
@@ -165,6 +199,11 @@ class CakeStepFunConfig:
     """Selects the experimental StepFun backend; ``backend`` must be ``"cake_stepfun"``.
 
     Constructing one emits ``cakemoe.ExperimentalWarning`` (once per process).
+
+    Examples
+    --------
+    >>> cakemoe.CakeStepFunConfig(backend="cake_stepfun").supported(90)
+    True
     """
 
     backend: str = "cake_stepfun"
@@ -253,7 +292,17 @@ def _renamed(error, names):
 class MoEConfig:
     """A whole StepFun layer: routing, quant pair, experts, activation, backend, routing input,
     execution and finalize options (spec §9.4). ``routing``, ``experts`` and ``backend`` are
-    required."""
+    required; ``validate()`` returns the family the config selects.
+
+    Examples
+    --------
+    >>> config = cakemoe.MoEConfig(routing=cakemoe.RoutingConfig(num_experts=8, top_k=2),
+    ...                            quant=cakemoe.QuantConfig.bf16(),
+    ...                            experts=cakemoe.ExpertConfig(intermediate_size=128),
+    ...                            backend=cakemoe.CakeStepFunConfig())
+    >>> config.validate()
+    'bf16'
+    """
 
     routing: Optional[RoutingConfig] = None
     quant: QuantConfig = field(default_factory=QuantConfig)
@@ -272,7 +321,12 @@ class MoEConfig:
     def prepare_weights(self, w1, w2, *, step_limits=None, hidden_states_scale_global=None,
                         intermediate_scale_global=None):
         """Weights for this config's family and local experts from bf16 w1 [E or E_loc, 2I, H]
-        and w2 [E or E_loc, H, I]; see ``CakeStepFunConfig.prepare_weights``."""
+        and w2 [E or E_loc, H, I]; see ``CakeStepFunConfig.prepare_weights``.
+
+        Examples
+        --------
+        >>> w = config.prepare_weights(w1, w2, step_limits=[7.0] * 8)
+        """
         kwargs = dict(w1=_arrays.export("w1", w1), w2=_arrays.export("w2", w2),
                       step_limits=_limits(step_limits),
                       hidden_states_scale_global=hidden_states_scale_global or 0.0,
@@ -282,7 +336,13 @@ class MoEConfig:
         return weights_from_binding(d, _arrays.framework(w1))
 
     def prepare_activations(self, weights, hidden):
-        """The family's activations of bf16 ``hidden`` [T, H] with the a_gs in ``weights``."""
+        """The family's activations (``StepFunActivations``) of bf16 ``hidden`` [T, H] with the
+        a_gs in ``weights``.
+
+        Examples
+        --------
+        >>> act = config.prepare_activations(w, hidden)
+        """
         _require_weights(weights)
         with _arrays.device_context(hidden):
             d = _cakemoe.prepare_activations_for_config(
@@ -414,7 +474,14 @@ def prepare_moe(config, weights, *, hidden_states, hidden_states_scale=None,
                 per_token_scale=None, routing_logits=None, topk_ids=None, topk_weights=None,
                 output=None):
     """The prepared layer of a ``MoEConfig`` (``StepFunMoeLaunch``; arguments as ``run_moe``):
-    ``launch()`` allocates nothing, never syncs the host and can be captured in a CUDA graph."""
+    ``launch()`` allocates nothing, never syncs the host and can be captured in a CUDA graph.
+
+    Examples
+    --------
+    >>> layer = cakemoe.prepare_moe(config, w, hidden_states=act.hidden_states, routing_logits=z)
+    >>> layer.launch()
+    >>> (out,) = layer.outputs()
+    """
     check_full_path_env()
     _require_weights(weights)
     arrays, exported = _inputs(hidden_states, hidden_states_scale, per_token_scale,
