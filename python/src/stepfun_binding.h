@@ -11,8 +11,6 @@
 namespace cakemoe {
 namespace python {
 
-/// MoeArgs from stepfun_moe's keyword arguments (spec stepfun §9.1).
-stepfun::MoeArgs moe_args(Kwargs& kw);
 /// outputs() of a prepared layer as ViewRefs kept alive by `owner` (the launch's Python object).
 nanobind::list moe_outputs(const stepfun::StepFunMoeLaunch& launch, nanobind::handle owner);
 /// Owning results as ViewRefs.
