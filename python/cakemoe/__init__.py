@@ -1,30 +1,132 @@
 """cakemoe: MoE kernels for LLM serving (Python layer over the C++ library).
 
+StepFun fused MoE (spec ../shared/spec/stepfun.md, FlashInfer's ``cake_stepfun`` names)::
+
+    w = cakemoe.prepare_weights(w1, w2, family="nvfp4", hidden_states_scale_global=a_gs)
+    act = cakemoe.prepare_activations(hidden, family="nvfp4", hidden_states_scale_global=a_gs)
+    layer = cakemoe.prepare_stepfun_moe(family="nvfp4", hidden_states=act.hidden_states,
+                                        hidden_states_scale=act.hidden_states_scale,
+                                        routing_logits=logits, num_experts=E, top_k=K,
+                                        **w.tensors())
+    layer.launch()            # no allocation, no host sync: CUDA-graph capturable
+    (out,) = layer.outputs()  # bf16 [T, H]
+
+or ``cakemoe.stepfun_moe(...)`` (one-shot), the per-stage ``routing / fc1 / requant / fc2 /
+finalize``, and the unified ``MoEConfig`` entry (``cakemoe.config``).
+
 BGMV MoE-LoRA (spec ../shared/spec/bgmv.md)::
 
     plan = cakemoe.prepare_bgmv_moe(x, [lora_a], [lora_b], sorted_token_ids, expert_ids,
                                     lora_indices, topk_weights, num_experts)
     y = plan.run()            # y_accum [T, S*F] float32, the same tensor object every call
 
-Arrays travel through DLPack: torch tensors (CUDA: the Cake path or the portable fallback; CPU:
-the reference engine) and numpy arrays (CPU reference engine). torch is never imported here
-unless the caller passes torch tensors.
+Arrays travel through DLPack: torch tensors (CUDA: the GPU kernels on torch's current stream;
+CPU: the reference engine) and numpy arrays (CPU reference engine; bf16 as ml_dtypes.bfloat16 or
+uint16 bits). torch is never imported here unless the caller passes torch tensors;
+``cakemoe.ops`` registers torch custom ops for both pipelines. Errors are the package's classes,
+each naming the argument: ``InvalidArgument`` / ``Unsupported`` (ValueErrors),
+``ArgumentTypeError`` (a TypeError and an InvalidArgument), ``CudaError`` (a RuntimeError).
 """
 
-import contextlib
 import warnings
 
-from . import _cakemoe
-from ._cakemoe import CudaError, Error, InvalidArgument, Unsupported, with_cuda
+from . import _arrays, _cakemoe
+from ._cakemoe import ArgumentTypeError, CudaError, Error, InvalidArgument, Unsupported, with_cuda
+from ._errors import ExperimentalWarning, UnsupportedPath
+from . import config, stepfun
+from .config import (
+    Activation,
+    ActivationType,
+    CakeStepFunConfig,
+    ExecutionConfig,
+    ExpertConfig,
+    MoEConfig,
+    MoEFinalizeConfig,
+    QuantConfig,
+    QuantFormat,
+    RoutingConfig,
+    RoutingInputMode,
+    RoutingMethodType,
+    SwiGLUStep,
+    prepare_moe,
+    run_moe,
+)
+from .stepfun import (
+    Plan,
+    StepFunActivations,
+    StepFunMoeLaunch,
+    StepFunStageLaunch,
+    StepFunWeights,
+    default_plan,
+    fc1,
+    fc2,
+    finalize,
+    plans_for,
+    prepare_activations,
+    prepare_fc1,
+    prepare_fc2,
+    prepare_finalize,
+    prepare_requant,
+    prepare_routing,
+    prepare_stepfun_moe,
+    prepare_weights,
+    requant,
+    routing,
+    stepfun_moe,
+)
+
+__version__ = _cakemoe.__version__
 
 __all__ = [
+    "Activation",
+    "ActivationType",
+    "ArgumentTypeError",
     "BgmvPlan",
+    "CakeStepFunConfig",
     "CudaError",
     "Error",
+    "ExecutionConfig",
+    "ExperimentalWarning",
+    "ExpertConfig",
     "InvalidArgument",
+    "MoEConfig",
+    "MoEFinalizeConfig",
+    "Plan",
+    "QuantConfig",
+    "QuantFormat",
+    "RoutingConfig",
+    "RoutingInputMode",
+    "RoutingMethodType",
+    "StepFunActivations",
+    "StepFunMoeLaunch",
+    "StepFunStageLaunch",
+    "StepFunWeights",
+    "SwiGLUStep",
     "Unsupported",
+    "UnsupportedPath",
+    "__version__",
+    "config",
+    "default_plan",
+    "fc1",
+    "fc2",
+    "finalize",
+    "plans_for",
+    "prepare_activations",
     "prepare_bgmv_moe",
+    "prepare_fc1",
+    "prepare_fc2",
+    "prepare_finalize",
+    "prepare_moe",
+    "prepare_requant",
+    "prepare_routing",
+    "prepare_stepfun_moe",
+    "prepare_weights",
+    "requant",
+    "routing",
+    "run_moe",
     "set_warning_hook",
+    "stepfun",
+    "stepfun_moe",
     "with_cuda",
 ]
 
@@ -52,38 +154,8 @@ def _on_fallback_warning(message):
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def _is_torch(t):
-    return type(t).__module__.startswith("torch")
-
-
-def _exportable(t):
-    # torch refuses to export tensors that require grad; a detached view shares the storage.
-    if _is_torch(t) and t.requires_grad:
-        return t.detach()
-    return t
-
-
-def _signature(t):
-    """(storage address, shape, strides) of a bound array: what a plan's pointers depend on."""
-    if _is_torch(t):
-        return (t.data_ptr(), tuple(t.shape), tuple(t.stride()))
-    iface = t.__array_interface__
-    return (iface["data"][0], tuple(t.shape), tuple(t.strides))
-
-
-def _dtype_name(t):
-    """numpy-style dtype name of a torch tensor or numpy array ("bfloat16", "float32", ...)."""
-    return str(t.dtype).replace("torch.", "")
-
-
-def _empty_like_framework(ref, shape, dtype_name):
-    if _is_torch(ref):
-        import torch
-
-        return torch.empty(shape, dtype=getattr(torch, dtype_name), device=ref.device)
-    import numpy
-
-    return numpy.empty(shape, dtype=dtype_name)
+_is_torch = _arrays.is_torch
+_signature = _arrays.signature
 
 
 class BgmvPlan:
@@ -111,13 +183,7 @@ class BgmvPlan:
                 )
 
     def _stream(self, stream):
-        if stream is not None:
-            return int(getattr(stream, "cuda_stream", stream))
-        if _is_torch(self._x) and self._x.is_cuda:
-            import torch
-
-            return torch.cuda.current_stream(self._x.device).cuda_stream
-        return 0
+        return _arrays.stream_handle(self._x, stream)
 
     def run(self, stream=None):
         """Enqueues the plan on ``stream`` (torch.cuda.Stream, an int handle, or None for
@@ -125,7 +191,7 @@ class BgmvPlan:
         self._check_bindings()
         handle = self._stream(stream)
         try:
-            with _device_context(self._x):
+            with _arrays.device_context(self._x):
                 self._core.run(handle)
         except InvalidArgument as e:
             if e.argument == "stream":  # spec §8: a replay on another stream is a RuntimeError
@@ -152,16 +218,7 @@ class BgmvPlan:
     @property
     def route_index(self):
         """The Cake plan's int32 route-index workspace (None on other paths)."""
-        array = self._core.route_index
-        if array is None:
-            return None
-        if _is_torch(self._x):
-            import torch
-
-            return torch.from_dlpack(array)
-        import numpy
-
-        return numpy.from_dlpack(array)
+        return _arrays.to_framework(self._core.route_index, _arrays.framework(self._x))
 
     # Spec bgmv §1's plan attributes, read from the C++ plan.
     backend_used = property(lambda self: self._core.backend_used, doc='"cake" | "portable" | "cpu_reference"')
@@ -211,72 +268,46 @@ def prepare_bgmv_moe(
     and [L, E, F, R]; sorted_token_ids, expert_ids [P] int64 (token ids outside [0, T) are
     padding); lora_indices [T] int64 (-1: no LoRA); topk_weights [P] float32. Optional
     shrink_out [S, P, R] (weight dtype) and y_accum [T, S*F] float32 (Cake: may be a column slice
-    of a wider row-major buffer); when absent they are allocated here with x's framework and
-    device. Bad input raises cakemoe.InvalidArgument (a ValueError) naming the argument; inputs
-    the Cake path cannot take fall back to the portable path with one RuntimeWarning per reason,
-    or raise cakemoe.Unsupported (a ValueError) with fallback=False.
+    of a wider row-major buffer), both writable; when absent, cakemoe allocates them after the
+    arguments are validated (cudaMalloc on CUDA, not torch's caching allocator; pass your own to
+    use it) and returns them in x's framework. Bad input raises cakemoe.InvalidArgument (a
+    ValueError) or cakemoe.ArgumentTypeError (a TypeError) naming the argument; inputs the Cake
+    path cannot take fall back to the portable path with one RuntimeWarning per reason, or raise
+    cakemoe.Unsupported (a ValueError) with fallback=False.
+
+    Examples
+    --------
+    >>> plan = cakemoe.prepare_bgmv_moe(x, [a], [b], ids, experts, lora_idx, w, num_experts=8)
+    >>> y = plan.run()
     """
-    lora_a_weights = list(lora_a_weights)
-    lora_b_weights = list(lora_b_weights)
-    if y_accum is None and _shapes_known(x, lora_b_weights):
-        width = sum(int(b.shape[2]) for b in lora_b_weights)
-        y_accum = _empty_like_framework(x, (int(x.shape[0]), width), "float32")
-    if shrink_out is None and _shapes_known(x, lora_a_weights) and hasattr(sorted_token_ids, "shape"):
-        shape = (len(lora_a_weights), int(sorted_token_ids.shape[0]), int(lora_a_weights[0].shape[2]))
-        shrink_out = _empty_like_framework(x, shape, _dtype_name(x))
-    bound = {
+    arrays = {
         "x": x,
         "sorted_token_ids": sorted_token_ids,
         "expert_ids": expert_ids,
         "lora_indices": lora_indices,
         "topk_weights": topk_weights,
+        "shrink_out": shrink_out,
+        "y_accum": y_accum,
     }
+    kwargs = {name: _arrays.export(name, t) for name, t in arrays.items()}
+    kwargs["lora_a_weights"] = _arrays.export_list("lora_a_weights", lora_a_weights)
+    kwargs["lora_b_weights"] = _arrays.export_list("lora_b_weights", lora_b_weights)
+    kwargs.update(num_experts=num_experts, backend=backend, fallback=fallback, grouped=grouped,
+                  order_remap=order_remap)
+    with _arrays.device_context(x):
+        core = _cakemoe.prepare_bgmv_moe(kwargs)
+    like = _arrays.framework(x)
+    if y_accum is None:
+        y_accum = _arrays.to_framework(core.y_accum, like)
+    if shrink_out is None:
+        shrink_out = _arrays.to_framework(core.shrink_out, like)
+    bound = {name: t for name, t in arrays.items() if t is not None and name not in
+             ("shrink_out", "y_accum")}
     for i, t in enumerate(lora_a_weights):
         bound[f"lora_a_weights[{i}]"] = t
     for i, t in enumerate(lora_b_weights):
         bound[f"lora_b_weights[{i}]"] = t
-    if shrink_out is not None:
-        bound["shrink_out"] = shrink_out
-    if y_accum is not None:
-        bound["y_accum"] = y_accum
-    ex = _exportable
-    with _device_context(x):
-        core = _cakemoe.prepare_bgmv_moe(
-            ex(x),
-            [ex(t) for t in lora_a_weights],
-            [ex(t) for t in lora_b_weights],
-            ex(sorted_token_ids),
-            ex(expert_ids),
-            ex(lora_indices),
-            ex(topk_weights),
-            int(num_experts),
-            backend,
-            bool(fallback),
-            None if shrink_out is None else ex(shrink_out),
-            None if y_accum is None else ex(y_accum),
-            grouped,
-            order_remap,
-        )
+    for name, t in (("shrink_out", shrink_out), ("y_accum", y_accum)):
+        if t is not None:
+            bound[name] = t
     return BgmvPlan(core, bound, y_accum, shrink_out, x)
-
-
-def _shapes_known(x, weights):
-    # Allocate defaults only for plausible inputs; anything else goes to the C++ validation,
-    # which raises the typed error naming the argument.
-    try:
-        return (
-            len(x.shape) == 2
-            and len(weights) > 0
-            and all(len(w.shape) == 4 for w in weights)
-            and _dtype_name(x) in ("bfloat16", "float16")
-        )
-    except (AttributeError, TypeError):
-        return False
-
-
-def _device_context(x):
-    if _is_torch(x) and x.is_cuda:
-        import torch
-
-        return torch.cuda.device(x.device)
-    return contextlib.nullcontext()

@@ -18,6 +18,9 @@
 #include "cakemoe/bgmv.h"
 #include "cakemoe/errors.h"
 #include "dlpack_views.h"
+#include "kwargs.h"
+#include "stepfun_binding.h"
+#include "views.h"
 
 namespace nb = nanobind;
 
@@ -26,10 +29,12 @@ namespace python {
 namespace {
 
 // Python exception types: InvalidArgument and Unsupported are ValueErrors (what FlashInfer's
-// prepare_bgmv_moe raises, spec bgmv §10), CudaError a RuntimeError; all share cakemoe.Error.
+// prepare_bgmv_moe raises, spec bgmv §10), ArgumentTypeError an InvalidArgument and a TypeError
+// (a value of the wrong Python type), CudaError a RuntimeError; all share cakemoe.Error.
 struct ErrorTypes {
   PyObject* error = nullptr;
   PyObject* invalid_argument = nullptr;
+  PyObject* argument_type = nullptr;
   PyObject* unsupported = nullptr;
   PyObject* cuda_error = nullptr;
 };
@@ -59,11 +64,15 @@ void register_errors(nb::module_& m) {
   g_errors.error = new_error_type(m, "Error", PyExc_Exception, nullptr);
   g_errors.invalid_argument =
       new_error_type(m, "InvalidArgument", g_errors.error, PyExc_ValueError);
+  g_errors.argument_type =
+      new_error_type(m, "ArgumentTypeError", g_errors.invalid_argument, PyExc_TypeError);
   g_errors.unsupported = new_error_type(m, "Unsupported", g_errors.error, PyExc_ValueError);
   g_errors.cuda_error = new_error_type(m, "CudaError", g_errors.error, PyExc_RuntimeError);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
+    } catch (const ArgumentTypeError& e) {
+      raise_typed(g_errors.argument_type, e);
     } catch (const InvalidArgument& e) {
       raise_typed(g_errors.invalid_argument, e);
     } catch (const Unsupported& e) {
@@ -76,41 +85,26 @@ void register_errors(nb::module_& m) {
   });
 }
 
-std::optional<TensorView> optional_view(const std::optional<AnyArray>& array,
-                                        const std::string& argument) {
-  if (!array) return std::nullopt;
-  return to_view(*array, argument);
-}
-
-std::vector<TensorView> list_views(const std::vector<AnyArray>& arrays, const std::string& name) {
-  std::vector<TensorView> views;
-  views.reserve(arrays.size());
-  for (size_t i = 0; i < arrays.size(); ++i) {
-    views.push_back(to_view(arrays[i], name + "[" + std::to_string(i) + "]"));
-  }
-  return views;
-}
-
-bgmv::BgmvPlan prepare(const AnyArray& x, const std::vector<AnyArray>& lora_a,
-                       const std::vector<AnyArray>& lora_b, const AnyArray& sorted_token_ids,
-                       const AnyArray& expert_ids, const AnyArray& lora_indices,
-                       const AnyArray& topk_weights, int64_t num_experts,
-                       const std::string& backend, bool fallback,
-                       const std::optional<AnyArray>& shrink_out,
-                       const std::optional<AnyArray>& y_accum, std::optional<bool> grouped,
-                       std::optional<bool> order_remap) {
+bgmv::BgmvPlan prepare(nb::dict kwargs) {
+  Kwargs kw(kwargs, "prepare_bgmv_moe");
+  const TensorView x = kw.tensor("x");
+  const std::vector<TensorView> lora_a = kw.tensor_list("lora_a_weights");
+  const std::vector<TensorView> lora_b = kw.tensor_list("lora_b_weights");
+  const TensorView sorted_token_ids = kw.tensor("sorted_token_ids");
+  const TensorView expert_ids = kw.tensor("expert_ids");
+  const TensorView lora_indices = kw.tensor("lora_indices");
+  const TensorView topk_weights = kw.tensor("topk_weights");
+  const int64_t num_experts = kw.integer("num_experts", std::nullopt);
   bgmv::BgmvOptions options;
-  options.backend = backend;
-  options.fallback = fallback;
-  options.shrink_out = optional_view(shrink_out, "shrink_out").value_or(TensorView());
-  options.y_accum = optional_view(y_accum, "y_accum").value_or(TensorView());
-  options.grouped = grouped;
-  options.order_remap = order_remap;
-  return bgmv::prepare_bgmv_moe(
-      to_view(x, "x"), list_views(lora_a, "lora_a_weights"), list_views(lora_b, "lora_b_weights"),
-      to_view(sorted_token_ids, "sorted_token_ids"), to_view(expert_ids, "expert_ids"),
-      to_view(lora_indices, "lora_indices"), to_view(topk_weights, "topk_weights"), num_experts,
-      options);
+  options.backend = kw.text("backend", options.backend);
+  options.fallback = kw.flag("fallback", options.fallback);
+  options.shrink_out = kw.tensor("shrink_out", Access::kWrite);
+  options.y_accum = kw.tensor("y_accum", Access::kWrite);
+  options.grouped = kw.optional_flag("grouped");
+  options.order_remap = kw.optional_flag("order_remap");
+  kw.finish();
+  return bgmv::prepare_bgmv_moe(x, lora_a, lora_b, sorted_token_ids, expert_ids, lora_indices,
+                                topk_weights, num_experts, options);
 }
 
 // Fallback warnings go to cakemoe._on_fallback_warning (warnings.warn(RuntimeWarning) unless the
@@ -120,11 +114,6 @@ void install_warning_hook() {
     nb::gil_scoped_acquire gil;
     nb::module_::import_("cakemoe").attr("_on_fallback_warning")(message);
   });
-}
-
-nb::object optional_array(const TensorView& view, nb::handle owner) {
-  if (!view.defined()) return nb::none();
-  return nb::cast(from_view(view, owner));
 }
 
 }  // namespace
@@ -140,6 +129,7 @@ NB_MODULE(_cakemoe, m) {
 #else
   m.attr("with_cuda") = false;
 #endif
+  m.attr("__version__") = CAKEMOE_VERSION;
   register_errors(m);
   install_warning_hook();
 
@@ -167,13 +157,19 @@ NB_MODULE(_cakemoe, m) {
       .def_prop_ro("pdl_mode", &bgmv::BgmvPlan::pdl_mode)
       .def_prop_ro("schedule_id", &bgmv::BgmvPlan::schedule_id)
       .def_prop_ro("fallback_reason", &bgmv::BgmvPlan::fallback_reason)
-      .def_prop_ro("route_index", [](nb::handle self) {
-        return optional_array(nb::cast<bgmv::BgmvPlan&>(self).route_index(), self);
+      .def_prop_ro("route_index",
+                   [](nb::handle self) {
+                     return view_ref(nb::cast<bgmv::BgmvPlan&>(self).route_index(), self);
+                   })
+      .def_prop_ro(
+          "y_accum",
+          [](nb::handle self) { return view_ref(nb::cast<bgmv::BgmvPlan&>(self).y_accum(), self); })
+      .def_prop_ro("shrink_out", [](nb::handle self) {
+        return view_ref(nb::cast<bgmv::BgmvPlan&>(self).shrink_out(), self);
       });
 
-  m.def("prepare_bgmv_moe", &prepare, nb::arg("x"), nb::arg("lora_a_weights"),
-        nb::arg("lora_b_weights"), nb::arg("sorted_token_ids"), nb::arg("expert_ids"),
-        nb::arg("lora_indices"), nb::arg("topk_weights"), nb::arg("num_experts"),
-        nb::arg("backend"), nb::arg("fallback"), nb::arg("shrink_out").none(),
-        nb::arg("y_accum").none(), nb::arg("grouped").none(), nb::arg("order_remap").none());
+  m.def("prepare_bgmv_moe", &prepare, nb::arg("kwargs"));
+  register_views(m);
+  register_stepfun(m);
+  register_config(m);
 }

@@ -1,0 +1,354 @@
+"""StepFun fused MoE from Python (spec stepfun §9): routing -> FC1 + SwiGLUStep -> (requant) ->
+FC2 -> finalize, with FlashInfer's ``cake_stepfun`` names.
+
+CUDA torch tensors run the GPU kernels on torch's current stream; CPU torch tensors and numpy
+arrays run the CPU reference engine (bitwise the C++ results). Every entry validates all of its
+arguments before anything is allocated or written; errors are ``cakemoe.InvalidArgument`` /
+``cakemoe.Unsupported`` (ValueErrors) or ``cakemoe.ArgumentTypeError`` (a TypeError), each naming
+the argument. The first use in a process emits one ``cakemoe.ExperimentalWarning``.
+
+Example (numpy, CPU engine)::
+
+    import numpy as np, cakemoe
+    w = cakemoe.stepfun.prepare_weights(w1, w2, family="bf16", step_limits=7.0)
+    act = cakemoe.stepfun.prepare_activations(hidden, family="bf16")
+    (out,) = cakemoe.stepfun_moe(family="bf16", hidden_states=act.hidden_states,
+                                 routing_logits=logits, num_experts=8, top_k=2, **w.tensors())
+"""
+
+from . import _arrays, _cakemoe
+from ._cakemoe import ArgumentTypeError
+from ._errors import invalid, make_error, type_error, warn_experimental
+from ._launch import StepFunMoeLaunch, StepFunStageLaunch
+from ._stepfun_prep import StepFunActivations, StepFunWeights, prepare_activations, prepare_weights
+
+Plan = _cakemoe.Plan
+
+__all__ = [
+    "Plan",
+    "StepFunActivations",
+    "StepFunMoeLaunch",
+    "StepFunStageLaunch",
+    "StepFunWeights",
+    "default_plan",
+    "fc1",
+    "fc2",
+    "finalize",
+    "max_ctas",
+    "max_padded",
+    "plans_for",
+    "prepare_activations",
+    "prepare_fc1",
+    "prepare_fc2",
+    "prepare_finalize",
+    "prepare_requant",
+    "prepare_routing",
+    "prepare_stepfun_moe",
+    "prepare_weights",
+    "requant",
+    "routing",
+    "stepfun_moe",
+]
+
+_DEFAULT_GLOBAL_SCALE_INV = 1.0 / 2688.0  # 1 / (448 * 6), spec §6
+
+
+def _layer_kwargs(args):
+    """The binding's keyword dict: arrays exported, None left out (the C++ defaults apply), every
+    other value passed as it is (the binding checks its type and rejects unknown names)."""
+    out = {}
+    for name, value in args.items():
+        if value is None:
+            continue
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            raise type_error(name, "a torch tensor, numpy array or scalar", value)
+        out[name] = _arrays.export(name, value) if _is_array(value) else value
+    return out
+
+
+def _is_array(value):
+    return _arrays.is_torch(value) or _arrays.is_numpy(value) or hasattr(value, "__dlpack__")
+
+
+def _arrays_of(kwargs):
+    return {k: v for k, v in kwargs.items() if v is not None and _is_array(v)}
+
+
+def stepfun_moe(
+    *,
+    family,
+    hidden_states,
+    hidden_states_scale=None,
+    gemm1_weights,
+    gemm1_weights_scale=None,
+    output1_scale_scalar=None,
+    output1_scale_gate_scalar=None,
+    gemm1_clamp_limit,
+    per_token_scale=None,
+    gemm2_weights,
+    gemm2_weights_scale=None,
+    output2_scale_scalar=None,
+    routing_logits=None,
+    topk_ids=None,
+    topk_weights=None,
+    num_experts,
+    top_k,
+    local_expert_offset=0,
+    local_num_experts=None,
+    plan=None,
+    output=None,
+    do_finalize=True,
+    enable_pdl=True,
+    reserved_sms=8,
+    global_scale_inv=_DEFAULT_GLOBAL_SCALE_INV,
+    routed_scaling_factor=1.0,
+    poison_routing_tail=False,
+    stream=None,
+    **unknown,
+):
+    """Runs one StepFun MoE layer (one-shot: prepare, launch, return owning results).
+
+    Parameters
+    ----------
+    family : str
+        ``"nvfp4"``, ``"nvfp4_bf16tok"``, ``"bf16"``, ``"fp8"`` or ``"mxfp8"`` (spec §4.2).
+    hidden_states : tensor [T, H] bf16 | e4m3 (fp8, mxfp8) | uint8 [T, H/2] packed e2m1 (nvfp4*)
+        The family's input format (see ``prepare_activations``).
+    hidden_states_scale : tensor, optional
+        nvfp4*: e4m3 [T, H/16] linear block scales; mxfp8: ue8m0 (uint8) [T, H/32].
+    gemm1_weights, gemm1_weights_scale, gemm2_weights, gemm2_weights_scale : tensor
+        The family's physical weight views (``prepare_weights``).
+    output1_scale_scalar, output1_scale_gate_scalar, output2_scale_scalar : tensor, optional
+        float32 [E_loc] per-expert scales (nvfp4*, fp8).
+    gemm1_clamp_limit : tensor float32 [E_loc]
+        SwiGLUStep limits in the family's units (spec §3.2).
+    per_token_scale : tensor float32 [T], optional
+        nvfp4_bf16tok: per-token decode scales of ``hidden_states``.
+    routing_logits : tensor [T, E] bf16 | float32, optional
+        FromLogits routing (Renormalize: top-K, softmax over the K); xor ``topk_ids``.
+    topk_ids : tensor int32 [T, K], optional
+        UnpackedPrecomputed routing: global expert ids, distinct per token.
+    topk_weights : tensor [T, K] bf16 | float32, optional
+        With ``topk_ids``: the router weights (read only).
+    num_experts, top_k : int
+        E (global) and K.
+    local_expert_offset, local_num_experts : int
+        The local experts [off, off + E_loc); default all E.
+    plan : cakemoe.Plan, optional
+        ``default_plan`` when absent.
+    output : tensor bf16 [T, H], optional
+        Written when given (``do_finalize`` only); else allocated after validation.
+    do_finalize : bool
+        False returns ``[gemm2_output, expert_weights, expanded_idx_to_permuted_idx]`` (spec §7.3).
+    enable_pdl, reserved_sms, global_scale_inv, routed_scaling_factor, poison_routing_tail
+        As spec §9.1; ``routed_scaling_factor`` multiplies FromLogits weights.
+    stream : torch.cuda.Stream or int, optional
+        Default: torch's current stream (CUDA tensors).
+
+    Returns
+    -------
+    list of tensors
+        ``[output bf16 [T, H]]`` or the three ``do_finalize=False`` tensors, in the framework of
+        ``hidden_states`` (numpy: bf16 as uint16 bits).
+
+    Examples
+    --------
+    >>> (out,) = cakemoe.stepfun_moe(family="bf16", hidden_states=x, routing_logits=logits,
+    ...                              num_experts=8, top_k=2, **weights.tensors())
+    """
+    warn_experimental()
+    args = dict(locals())
+    del args["stream"], args["unknown"]
+    for name in unknown:
+        raise make_error(ArgumentTypeError, name, "is not an argument of stepfun_moe()")
+    kwargs = _layer_kwargs(args)
+    with _arrays.device_context(hidden_states):
+        refs = _cakemoe.stepfun_moe(kwargs, _arrays.stream_handle(hidden_states, stream))
+    like = _arrays.framework(hidden_states)
+    return [_arrays.to_framework(ref, like) for ref in refs]
+
+
+def prepare_stepfun_moe(**kwargs):
+    """Validates the layer, picks the plan and allocates every intermediate once.
+
+    Takes the keyword arguments of ``stepfun_moe`` (without ``stream``) and returns a
+    ``StepFunMoeLaunch``: ``launch(stream=None)`` replays the layer with no allocation and no host
+    sync (CUDA-graph capturable), ``outputs()`` returns its results. The caller's arrays must stay
+    at the same storage, shape and strides (contents may change between launches).
+
+    Examples
+    --------
+    >>> layer = cakemoe.prepare_stepfun_moe(family="nvfp4", hidden_states=x, ..., top_k=8)
+    >>> layer.launch()
+    >>> (out,) = layer.outputs()
+    """
+    warn_experimental()
+    hidden_states = kwargs.get("hidden_states")
+    exported = _layer_kwargs(kwargs)
+    with _arrays.device_context(hidden_states):
+        core = _cakemoe.prepare_stepfun_moe(exported)
+    return StepFunMoeLaunch(core, _arrays_of(kwargs), hidden_states)
+
+
+def _prepare_stage(prepare_core, first_tensor, kwargs):
+    exported = _layer_kwargs(kwargs)
+    ref = kwargs.get(first_tensor)
+    with _arrays.device_context(ref):
+        core = prepare_core(exported)
+    return StepFunStageLaunch(core, _arrays_of(kwargs), ref)
+
+
+_STAGE_DOC = """Binds the {stage} stage to caller-owned buffers (spec stepfun §9.1 / §9.2).
+
+    Keyword arguments (FlashInfer's names, shapes per spec §2, §5-7): {args}.
+    Returns a ``StepFunStageLaunch``; ``{stage}(**kwargs)`` is ``prepare_{stage}(**kwargs)
+    .launch()``. Every buffer is validated (dtype, shape, device, size bounds of spec §2.5)
+    before anything is written; outputs must be writable.
+
+    Examples
+    --------
+    >>> launch = cakemoe.stepfun.prepare_{stage}({example})
+    >>> launch.launch()
+    """
+
+_STAGES = {
+    "routing": (
+        "routing_logits",
+        "routing_logits [T, E] bf16|float32 xor topk_ids int32 [T, K]; topk_weights [T, K] "
+        "(bf16, written from logits; bf16|float32 read with ids); topk_packed int32 [T, K]; "
+        "expert_count_histogram int32 [>= max(2E, 512)]; total_num_padded_tokens int32 [1]; "
+        "expanded_idx_to_permuted_idx int32 [T*K]; permuted_idx_to_token_idx int32 "
+        "[>= max_padded]; cta_idx_xy_to_batch_idx, cta_idx_xy_to_mn_limit int32 [>= max_ctas]; "
+        "num_non_exiting_ctas int32 [1]; num_tokens_per_expert int32 [E_loc] (optional); "
+        "num_experts, top_k, local_expert_offset, local_num_experts, tile_tokens_dim (int); "
+        "routed_scaling_factor (float); enable_pdl, poison_routing_tail (bool)",
+        "routing_logits=logits, topk_weights=w, ..., num_experts=8, top_k=2",
+    ),
+    "fc1": (
+        "hidden_states",
+        "family; hidden_states, hidden_states_scale, gemm1_weights, gemm1_weights_scale, "
+        "output1_scale_scalar, output1_scale_gate_scalar, gemm1_clamp_limit, per_token_scale "
+        "(as stepfun_moe); the routing tables; gemm1_output [max_padded, I/2] uint8 | "
+        "[max_padded, I] e4m3/bf16; gemm1_output_scale (nvfp4, mxfp8); top_k, tile_tokens_dim "
+        "(int); enable_pdl, pad_routing_tail (bool; the router always writes the benign tail)",
+        'family="bf16", hidden_states=x, gemm1_weights=w1, ..., top_k=2',
+    ),
+    "requant": (
+        "gemm1_output",
+        "gemm1_output bf16 [rows, I]; expanded_idx_to_permuted_idx int32 [T*K]; output uint8 "
+        "[rows, I/2]; output_scale uint8 (e4m3 scale bytes in sf_layout); per_token_scale "
+        'float32 [>= rows] (written); sf_layout "linear" | "r8c4" | "r128c4"; '
+        "global_scale_inv (float); enable_pdl (bool)",
+        "gemm1_output=g1, expanded_idx_to_permuted_idx=e2p, output=q, ...",
+    ),
+    "fc2": (
+        "gemm2_input",
+        "family; gemm2_input, gemm2_input_scale, gemm2_weights, gemm2_weights_scale, "
+        "output2_scale_scalar, per_token_scale [>= max_padded]; cta_idx_xy_to_batch_idx, "
+        "cta_idx_xy_to_mn_limit, num_non_exiting_ctas; gemm2_output bf16 [max_padded, H]; "
+        "num_tokens, top_k, tile_tokens_dim (int); enable_pdl (bool)",
+        'family="bf16", gemm2_input=g1, gemm2_weights=w2, ..., num_tokens=8, top_k=2',
+    ),
+    "finalize": (
+        "gemm2_output",
+        "gemm2_output bf16 [max_padded, H]; expert_weights [T, K] bf16|float32; "
+        "expanded_idx_to_permuted_idx int32 [T*K]; total_num_padded_tokens int32 [1]; output "
+        "bf16 [T, H]; num_experts (int); enable_pdl (bool)",
+        "gemm2_output=g2, expert_weights=w, ..., output=out, num_experts=8",
+    ),
+}
+
+
+def _make_stage(stage):
+    first, args, example = _STAGES[stage]
+    prepare_core = getattr(_cakemoe, f"prepare_{stage}")
+
+    def prepare(**kwargs):
+        warn_experimental()
+        return _prepare_stage(prepare_core, first, kwargs)
+
+    def one_shot(*, stream=None, **kwargs):
+        warn_experimental()
+        _prepare_stage(prepare_core, first, kwargs).launch(stream)
+
+    prepare.__name__ = prepare.__qualname__ = f"prepare_{stage}"
+    prepare.__doc__ = _STAGE_DOC.format(stage=stage, args=args, example=example)
+    one_shot.__name__ = one_shot.__qualname__ = stage
+    one_shot.__doc__ = (
+        f"Runs the {stage} stage once: ``prepare_{stage}(**kwargs).launch(stream)``.\n\n"
+        f"    See ``prepare_{stage}`` for the arguments.\n"
+    )
+    prepare.__module__ = one_shot.__module__ = __name__
+    return prepare, one_shot
+
+
+prepare_routing, routing = _make_stage("routing")
+prepare_fc1, fc1 = _make_stage("fc1")
+prepare_requant, requant = _make_stage("requant")
+prepare_fc2, fc2 = _make_stage("fc2")
+prepare_finalize, finalize = _make_stage("finalize")
+
+
+def _device_kwargs(device):
+    text = str(device)
+    kind, _, index = text.partition(":")
+    if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
+        raise invalid("device", f'must be "cpu", "cuda" or "cuda:N", got {text!r}')
+    return {"device": kind, "device_index": int(index or 0)}
+
+
+def plans_for(*, family, num_tokens, top_k, local_num_experts, hidden_size, intermediate_size,
+              logits_input=True, device="cpu"):
+    """Candidate plans of a problem: the native tile window (spec §8) on the dense ladder 8..256.
+
+    Parameters
+    ----------
+    family : str
+    num_tokens, top_k, local_num_experts, hidden_size, intermediate_size : int
+        T, K, E_loc, H, I.
+    logits_input : bool
+        FromLogits (True) or UnpackedPrecomputed routing.
+    device : str or torch.device
+        ``"cpu"`` (reference engine) or ``"cuda[:N]"``.
+
+    Returns
+    -------
+    list of cakemoe.Plan
+
+    Examples
+    --------
+    >>> [p.tile for p in cakemoe.plans_for(family="nvfp4", num_tokens=8, top_k=8,
+    ...   local_num_experts=64, hidden_size=4096, intermediate_size=1536)]
+    """
+    warn_experimental()
+    kwargs = dict(locals())
+    kwargs.update(_device_kwargs(kwargs.pop("device")))
+    return _cakemoe.plans_for(kwargs)
+
+
+def default_plan(*, family, num_tokens, top_k, local_num_experts, hidden_size, intermediate_size,
+                 logits_input=True, device="cpu"):
+    """The smallest candidate of ``plans_for`` (the native rule, spec §8): the plan
+    ``stepfun_moe`` uses when none is given. Same arguments as ``plans_for``.
+
+    Examples
+    --------
+    >>> cakemoe.default_plan(family="bf16", num_tokens=8, top_k=2, local_num_experts=8,
+    ...                      hidden_size=256, intermediate_size=128).tile
+    """
+    warn_experimental()
+    kwargs = dict(locals())
+    kwargs.update(_device_kwargs(kwargs.pop("device")))
+    return _cakemoe.default_plan(kwargs)
+
+
+def max_ctas(num_tokens, top_k, num_experts, tile_tokens_dim):
+    """Rows of the CTA tables (spec §2.5): ``min(E, T*K) + max(0, T*K - E) // tile``."""
+    return _cakemoe.max_ctas(dict(num_tokens=num_tokens, top_k=top_k, num_experts=num_experts,
+                                  tile_tokens_dim=tile_tokens_dim))
+
+
+def max_padded(num_tokens, top_k, num_experts, tile_tokens_dim):
+    """Rows of the permuted buffers (spec §2.5): ``max_ctas * tile``."""
+    return _cakemoe.max_padded(dict(num_tokens=num_tokens, top_k=top_k, num_experts=num_experts,
+                                    tile_tokens_dim=tile_tokens_dim))
