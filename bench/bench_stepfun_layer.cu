@@ -13,11 +13,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "cakemoe/errors.h"
@@ -278,6 +280,8 @@ class Bench {
       gpu_name_ = prop.name;
     }
     if (const char* c = std::getenv("CAKEMOE_COMMIT")) commit_ = c;
+    std::error_code ec;  // a failure shows when the files are written
+    if (!o_.out.empty()) std::filesystem::create_directories(o_.out, ec);
     std::printf("bench_stepfun_layer on %s, commit %s, %d reps, L2 flush %zu MiB\n",
                 gpu_name_.c_str(), commit_.c_str(), o_.reps, kFlushBytes >> 20);
     if (!o_.dry_run) CAKEMOE_CUDA_CHECK(cudaMalloc(&flush_, kFlushBytes));
