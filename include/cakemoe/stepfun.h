@@ -56,9 +56,11 @@ struct ProblemDesc {
 };
 
 /// Candidate plans: the native tile window (prev, center, next, next^2) on the dense ladder
-/// 8..256; per tile, on SM90, the sm90 plan (when its units exist) before the portable one.
+/// 8..256; per tile, on SM90, the sm90 plan (when its units exist) before the portable one. On
+/// SM90 the sm90 plan at the measured tile for T*K/E_loc comes first (when its units exist).
 std::vector<Plan> plans_for(const ProblemDesc& problem);
-/// The first candidate: the smallest tile (native rule, spec §8), its fastest path.
+/// The first candidate: on SM90 the measured sm90 plan, elsewhere the smallest tile (the native
+/// rule of spec §8).
 Plan default_plan(const ProblemDesc& problem);
 
 // ------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include "cakemoe/stepfun.h"
 #include "core/check.h"
 #include "stepfun/catalog.h"
+#include "stepfun/sm90/tile_config.h"
 #include "stepfun/validate.h"
 
 namespace cakemoe {
@@ -14,7 +15,7 @@ namespace {
 
 int64_t next_pow2(int64_t v) {
   int64_t p = 1;
-  while (p < v) p <<= 1;
+  while (p < v && p < (int64_t(1) << 40)) p <<= 1;  // bounded: no endless loop on huge T*K
   return p;
 }
 
@@ -57,16 +58,29 @@ std::vector<Plan> plans_for(const ProblemDesc& problem) {
   const auto center_it = std::find(ladder.begin(), ladder.end(), static_cast<int>(center));
   const int64_t c = center_it - ladder.begin();
   std::vector<Plan> plans;
-  for (int64_t i = c - 1; i <= c + 2; ++i) {  // {prev, center, next, next^2} ∩ ladder
-    if (i < 0 || i >= static_cast<int64_t>(ladder.size())) continue;
-    const int tile = ladder[i];
+  const auto add_tile = [&](int tile, bool sm90_only) {
     // One plan per path both stages have a unit on (sm90 first on SM90, then the portable one).
     for (const KernelUnit* fc1 : find_units(Stage::kFc1, problem.family, tile, arch)) {
       for (const KernelUnit* fc2 : find_units(Stage::kFc2, problem.family, tile, arch)) {
-        if (fc1->arch == fc2->arch) plans.push_back(make_plan(problem, tile, *fc1, *fc2, arch));
+        if (fc1->arch != fc2->arch || (sm90_only && fc1->arch != Arch::kSm90)) continue;
+        plans.push_back(make_plan(problem, tile, *fc1, *fc2, arch));
       }
     }
+  };
+  // NOTE: on SM90 the measured sm90 tile (sm90/tile_config.h) comes first: the default.
+  if (arch == Arch::kSm90) add_tile(sm90::preferred_tile(avg), true);
+  for (int64_t i = c - 1; i <= c + 2; ++i) {  // {prev, center, next, next^2} ∩ ladder
+    if (i >= 0 && i < static_cast<int64_t>(ladder.size())) add_tile(ladder[i], false);
   }
+  // The preferred sm90 plan may sit in the window too: keep its first place only.
+  std::vector<Plan> unique;
+  for (const Plan& p : plans) {
+    const bool seen = std::any_of(unique.begin(), unique.end(), [&](const Plan& u) {
+      return u.tile == p.tile && u.fc1_kernel == p.fc1_kernel;
+    });
+    if (!seen) unique.push_back(p);
+  }
+  plans.swap(unique);
   return plans;
 }
 

@@ -63,3 +63,24 @@ TEST(Sm90TileConfig, UnitsCoverTheSsFamilies) {
 }  // namespace sm90
 }  // namespace stepfun
 }  // namespace cakemoe
+
+namespace cakemoe {
+namespace stepfun {
+namespace sm90 {
+namespace {
+
+TEST(Sm90TileConfig, PreferredTileFollowsTheMeasuredTable) {
+  EXPECT_EQ(preferred_tile(1), 8);     // decode: T 8, E 64
+  EXPECT_EQ(preferred_tile(4), 8);
+  EXPECT_EQ(preferred_tile(8), 16);    // T 64, E 64
+  EXPECT_EQ(preferred_tile(14), 32);   // Step-3.5 T 512
+  EXPECT_EQ(preferred_tile(64), 64);   // T 512, E 64
+  EXPECT_EQ(preferred_tile(256), 64);  // T 2048, E 64
+  EXPECT_EQ(preferred_tile(int64_t(1) << 40), 64);
+  for (int64_t avg = 0; avg < 600; ++avg) EXPECT_TRUE(has_sm90_unit(Family::kFP8, preferred_tile(avg)));
+}
+
+}  // namespace
+}  // namespace sm90
+}  // namespace stepfun
+}  // namespace cakemoe

@@ -33,6 +33,17 @@ CAKEMOE_HD constexpr bool has_sm90_unit(Family family, int tile) {
   return false;
 }
 
+/// The sm90 plan's tile for `avg` = ceil(T*K / E_loc) routed rows per local expert: twice the
+/// average rounded up to a power of two, clamped to [8, 64]. Measured on the H200 (FC1 + FC2,
+/// H 4096, I 1536, E 64, bf16 and fp8, bench/results/2026-12-02_*_stepfun-sm90.md): avg 1 tile 8
+/// = 16; avg 8 tile 16 0.90x of tile 8; avg 64 tile 64 0.90x of 32, 0.69x of 128; avg 256 tile 64
+/// 0.86x of 32, 0.81x of 128, 0.67x of 256 (one CTA per SM above 64 leaves no overlap).
+CAKEMOE_HD constexpr int preferred_tile(int64_t avg) {
+  int tile = 8;
+  while (tile < 64 && tile < 2 * avg) tile *= 2;
+  return tile;
+}
+
 CAKEMOE_HD constexpr int ctas_per_sm(int tile) { return tile <= 64 ? 2 : 1; }
 
 CAKEMOE_HD constexpr int a_stage_bytes() { return kBlockM * kRowBytes; }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -77,15 +78,18 @@ inline Case with_tile(const Case& base, int64_t tile) {
 struct Stats {
   int64_t total = 0, exact = 0, bad = 0;
   double max_abs_error = 0;
+  double sq_error = 0, sq_want = 0;  ///< relative Frobenius error, reported
   std::string first_bad;
   void add(double got, double want, double tol, const std::string& where) {
     ++total;
+    if (want == want) sq_want += want * want;
     if (got == want || (got != got && want != want)) {
       ++exact;
       return;
     }
     const double err = got - want < 0 ? want - got : got - want;
     if (!(err <= max_abs_error)) max_abs_error = err;
+    sq_error += err * err;
     if (!(err <= tol)) {
       if (bad++ == 0) {
         first_bad = where + ": got " + std::to_string(got) + " want " + std::to_string(want) +
@@ -97,7 +101,9 @@ struct Stats {
   std::string summary() const {
     return std::to_string(total) + " elements, exact " + std::to_string(exact_fraction()) +
            ", beyond tolerance " + std::to_string(bad) + ", max |err| " +
-           std::to_string(max_abs_error) + (bad ? ", first: " + first_bad : std::string());
+           std::to_string(max_abs_error) + ", rel_frob " +
+           std::to_string(sq_want > 0 ? std::sqrt(sq_error / sq_want) : 0.0) +
+           (bad ? ", first: " + first_bad : std::string());
   }
 };
 
