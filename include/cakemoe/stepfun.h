@@ -29,8 +29,9 @@ const char* sf_layout_name(SfLayout layout);
 int64_t max_ctas(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t tile);
 int64_t max_padded(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t tile);
 
-/// A launch plan (spec §8 DECISION). Kernel names are catalog unit names; prepare_stepfun_moe
-/// runs exactly the units a plan names.
+/// A launch plan (spec §8 DECISION). Kernel names are catalog unit names; on a GPU
+/// prepare_stepfun_moe runs exactly the units a plan names (a name the device does not run is an
+/// InvalidArgument naming `kernel`); the CPU backend runs its reference engine whatever they are.
 struct Plan {
   Family family = Family::kNVFP4;
   int tile = 8;            ///< tile_tokens_dim: tokens per CTA tile and routing padding
@@ -109,7 +110,7 @@ struct Fc1Args {
   int64_t top_k = 0;
   int64_t tile_tokens_dim = 8;
   bool enable_pdl = true;
-  std::string kernel;  ///< a Plan's fc1_kernel; empty: the device's preferred unit for the tile
+  std::string kernel;  ///< a Plan's fc1_kernel; empty: the device's preferred unit (CPU: ignored)
 };
 
 struct RequantArgs {
@@ -139,7 +140,7 @@ struct Fc2Args {
   int64_t top_k = 0;
   int64_t tile_tokens_dim = 8;
   bool enable_pdl = true;
-  std::string kernel;  ///< a Plan's fc2_kernel; empty: the device's preferred unit for the tile
+  std::string kernel;  ///< a Plan's fc2_kernel; empty: the device's preferred unit (CPU: ignored)
 };
 
 struct FinalizeArgs {

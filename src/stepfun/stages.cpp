@@ -1,7 +1,6 @@
 // Per-stage entry points: validate, then bind the stage to its backend. CPU tensors run the
 // reference engine; CUDA tensors run the kernels of the catalog.
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "cakemoe/errors.h"
@@ -10,7 +9,6 @@
 #include "reference/stepfun/requant.h"
 #include "reference/stepfun/routing.h"
 #include "reference/stepfun/tables.h"
-#include "stepfun/catalog.h"
 #include "stepfun/cpu_gemm.h"
 #include "stepfun/cuda_stages.h"
 #include "stepfun/launch_impl.h"
@@ -38,15 +36,6 @@ StepFunStageLaunch device_launch(CudaEnqueue enqueue) {
 
 bool on_cpu(Device device) { return device.type == DeviceType::kCPU; }
 
-/// A plan's unit name on the CPU backend must name the reference unit of the stage.
-void check_cpu_kernel(const std::string& kernel, Stage stage, Family family, int64_t tile) {
-  if (kernel.empty()) return;
-  const int t = static_cast<int>(tile);
-  core::require(t == tile && find_unit_named(kernel, stage, family, t, Arch::kCpu) != nullptr,
-                "kernel",
-                "'" + kernel + "' is not a CPU " + stage_name(stage) + " unit for family " +
-                    family_name(family) + " at tile " + std::to_string(tile));
-}
 
 ref::Int32Span span(const TensorView& t) {
   return ref::Int32Span{t.defined() ? t.ptr<int32_t>() : nullptr, t.defined() ? t.numel() : 0};
@@ -106,7 +95,6 @@ StepFunStageLaunch prepare_routing(const RoutingArgs& args) {
 StepFunStageLaunch prepare_fc1(const Fc1Args& args) {
   const GemmDims dims = validate_fc1(args);
   if (!on_cpu(args.hidden_states.device)) return device_launch(bind_cuda_fc1(args, dims));
-  check_cpu_kernel(args.kernel, Stage::kFc1, args.family, args.tile_tokens_dim);
   const Fc1Args a = args;
   return StepFunStageLaunch(std::make_shared<HostStageLaunch>([a, dims] { cpu_fc1(a, dims); }));
 }
@@ -127,7 +115,6 @@ StepFunStageLaunch prepare_requant(const RequantArgs& args) {
 StepFunStageLaunch prepare_fc2(const Fc2Args& args) {
   const GemmDims dims = validate_fc2(args);
   if (!on_cpu(args.gemm2_input.device)) return device_launch(bind_cuda_fc2(args, dims));
-  check_cpu_kernel(args.kernel, Stage::kFc2, args.family, args.tile_tokens_dim);
   const Fc2Args a = args;
   return StepFunStageLaunch(std::make_shared<HostStageLaunch>([a, dims] { cpu_fc2(a, dims); }));
 }

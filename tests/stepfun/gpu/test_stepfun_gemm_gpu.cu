@@ -9,6 +9,7 @@
 #include <iostream>
 #include <vector>
 
+#include "stepfun/catalog.h"
 #include "stepfun/gpu/test_stepfun_gemm_gpu.h"
 
 namespace cakemoe {
@@ -55,6 +56,33 @@ std::vector<bool> table_rows(const Case& c) {
 DType fc1_out_dtype(Family f) {
   if (f == Family::kNVFP4) return DType::kE2M1x2;
   return f == Family::kFP8 || f == Family::kMXFP8 ? DType::kE4M3 : DType::kBF16;
+}
+
+/// True when the stage's unit for this case multiplies e4m3 on Hopper tensor cores (the sm90 fp8
+/// units): their accumulator keeps about 13 significant bits per instruction (products aligned to
+/// the largest), so errors scale with the partial sums rather than the result and an output whose
+/// sum cancels can land several output steps away (measured on the H200: relative Frobenius
+/// 8e-4 for FC2, 3e-3 for FC1 after e4m3 rounding; 0.03-0.09 % of elements past one step).
+bool tensor_core_fp8(const Case& c, cakemoe::stepfun::Stage stage) {
+  namespace sf = cakemoe::stepfun;
+  if (c.family != Family::kFP8) return false;
+  const sf::KernelUnit* unit =
+      sf::find_unit(stage, c.family, static_cast<int>(c.dims.tile), sf::arch_of(Device::cuda(0)));
+  return unit != nullptr && unit->arch == sf::Arch::kSm90;
+}
+
+/// Exact-to-one-step for fp32-accumulating units; for tensor-core e4m3 the issue's bar (relative
+/// Frobenius <= 1e-2) with at most 0.25 % of elements past the per-element tolerance.
+void expect_accuracy(const Case& c, cakemoe::stepfun::Stage stage, const Stats& stats,
+                     double exact_fraction) {
+  if (tensor_core_fp8(c, stage)) {
+    EXPECT_LE(stats.rel_frob(), 1e-2) << stats.summary();
+    EXPECT_LE(stats.bad, stats.total / 400) << stats.summary();
+    EXPECT_GE(stats.exact_fraction(), 0.85) << stats.summary();
+    return;
+  }
+  EXPECT_EQ(stats.bad, 0) << stats.summary();
+  EXPECT_GE(stats.exact_fraction(), exact_fraction) << stats.summary();
 }
 
 /// Tolerance of one decoded FC1 element: one step of the output format (spec §4.1 grids) plus
@@ -174,8 +202,7 @@ void check_fc1(const Case& c) {
   std::cout << "[fc1 " << name(c.family) << " I=" << inter << " tile=" << c.dims.tile << "] "
             << stats.summary() << "; SF bytes differing " << sf_differs << " (by > 1 code "
             << sf_far << ")\n";
-  EXPECT_EQ(stats.bad, 0) << stats.summary();
-  EXPECT_GE(stats.exact_fraction(), 0.98) << stats.summary();
+  expect_accuracy(c, cakemoe::stepfun::Stage::kFc1, stats, 0.98);
   EXPECT_EQ(padded_written, 0) << "bytes written in rows outside [n*tile, mn_limit)";
   EXPECT_EQ(sf_pad_written, 0) << "SF bytes written outside the valid rows";
   EXPECT_EQ(sf_far, 0) << "SF codes more than one step away from the reference";
@@ -259,8 +286,7 @@ void check_fc2(const Case& c) {
   }
   std::cout << "[fc2 " << name(c.family) << " I=" << inter << " H=" << hidden
             << " tile=" << c.dims.tile << "] " << stats.summary() << "\n";
-  EXPECT_EQ(stats.bad, 0) << stats.summary();
-  EXPECT_GE(stats.exact_fraction(), 0.95) << stats.summary();
+  expect_accuracy(c, cakemoe::stepfun::Stage::kFc2, stats, 0.95);
   EXPECT_EQ(padded_written, 0) << "gemm2_output written in rows outside [n*tile, mn_limit)";
 }
 

@@ -98,11 +98,11 @@ struct Stats {
     }
   }
   double exact_fraction() const { return total ? double(exact) / double(total) : 1.0; }
+  double rel_frob() const { return sq_want > 0 ? std::sqrt(sq_error / sq_want) : 0.0; }
   std::string summary() const {
     return std::to_string(total) + " elements, exact " + std::to_string(exact_fraction()) +
            ", beyond tolerance " + std::to_string(bad) + ", max |err| " +
-           std::to_string(max_abs_error) + ", rel_frob " +
-           std::to_string(sq_want > 0 ? std::sqrt(sq_error / sq_want) : 0.0) +
+           std::to_string(max_abs_error) + ", rel_frob " + std::to_string(rel_frob()) +
            (bad ? ", first: " + first_bad : std::string());
   }
 };
