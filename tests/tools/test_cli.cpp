@@ -111,6 +111,8 @@ TEST(CliCheck, ToleranceStrideAndNaN) {
   y[1] = std::numeric_limits<float>::quiet_NaN();
   const YCheck nan = check_y(y.data(), 3, want.data(), 2, 2);
   EXPECT_FALSE(nan.pass);
+  EXPECT_TRUE(std::isnan(nan.max_abs));
+  EXPECT_TRUE(contains(nan.summary(), "nan")) << nan.summary();
 }
 
 TEST(Cli, RunOneTokenOnTheCpuEnginePasses) {
