@@ -122,6 +122,7 @@ BenchRow bench_row(const Geometry& g, Family family, const stepfun::StepFunWeigh
   const double peak = family == Family::kFP8 ? kE4m3PeakFlopsPerS : kBf16PeakFlopsPerS;
   if (gpu) {
     row.floor_us = 1e6 * std::max(bytes / kStepFunHbmBytesPerS, flops / peak);
+    // Hopper-only kernel units are named sm90_* (cmake/cakemoe_kernels.cmake).
     row.path = launch.plan().fc1_kernel.rfind("sm90", 0) == 0 ? "sm90" : "simt";
   } else {
     row.path = "cpu_reference";
