@@ -60,7 +60,8 @@ function(cakemoe_add_kernel_units target)
       list(APPEND _catalog ${_name})
     endif()
   endforeach()
-  target_link_libraries(${target} PRIVATE cakemoe_cutlass)
+  # Build-only: headers, nothing to link, so the installed export does not name it.
+  target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:cakemoe_cutlass>)
   # The catalog of compiled inst/ units (src/core/kernel_registry.cpp includes it): one line each,
   # rewritten only when the list changes so that nothing rebuilds needlessly.
   set(_list "")

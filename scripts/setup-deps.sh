@@ -3,9 +3,12 @@
 # everything does no network access at all.
 #
 #   scripts/setup-deps.sh [--no-apt] [--cutlass | --no-cutlass] [--no-bundle] [--no-python]
+#                         [--no-test-deps]
 #
 # 1. Debian packages (only when run as root with apt-get, and only the missing ones):
-#    cmake, ninja-build, g++, libgtest-dev, libgmock-dev, libbenchmark-dev, python3.
+#    cmake, ninja-build, g++, libgtest-dev, libgmock-dev, libbenchmark-dev, python3
+#    (--no-test-deps: without the GoogleTest and Google Benchmark packages, for a build that
+#    leaves tests and benchmarks out, as scripts/run.sh's does).
 # 2. CUTLASS/CuTe headers (when the build will use CUDA, or with --cutlass): the include folders
 #    of the nvidia-cutlass wheel, unpacked into third_party/cutlass/{include,tools/util/include}.
 #    Skipped when present, or when CAKEMOE_CUTLASS_DIR names another copy.
@@ -26,6 +29,7 @@ use_apt=1
 want_cutlass=auto
 want_bundle=1
 want_python=1
+want_test_deps=1
 for arg in "$@"; do
   case "$arg" in
     --no-apt) use_apt=0 ;;
@@ -33,6 +37,7 @@ for arg in "$@"; do
     --no-cutlass) want_cutlass=0 ;;
     --no-bundle) want_bundle=0 ;;
     --no-python) want_python=0 ;;
+    --no-test-deps) want_test_deps=0 ;;
     -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     *) cakemoe_log "unknown argument: $arg"; exit 2 ;;
   esac
@@ -57,9 +62,11 @@ have_cmd cmake || missing+=(cmake)
 have_cmd ninja || missing+=(ninja-build)
 have_cmd g++ || missing+=(g++)
 have_cmd python3 || missing+=(python3)
-have_pkg libgtest-dev || have_header gtest/gtest.h || missing+=(libgtest-dev)
-have_pkg libgmock-dev || have_header gmock/gmock.h || missing+=(libgmock-dev)
-have_pkg libbenchmark-dev || have_header benchmark/benchmark.h || missing+=(libbenchmark-dev)
+if ((want_test_deps)); then
+  have_pkg libgtest-dev || have_header gtest/gtest.h || missing+=(libgtest-dev)
+  have_pkg libgmock-dev || have_header gmock/gmock.h || missing+=(libgmock-dev)
+  have_pkg libbenchmark-dev || have_header benchmark/benchmark.h || missing+=(libbenchmark-dev)
+fi
 if ((want_cutlass)) && ! python3 -m pip --version >/dev/null 2>&1; then
   missing+=(python3-pip)
 fi

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "cakemoe/stepfun.h"
@@ -22,6 +23,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 }  // namespace
+
+void progress(const std::string& text) {
+  static const auto start = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "[cakemoe] %6.1f s  %s\n", seconds_since(start), text.c_str());
+  std::fflush(stderr);
+}
 
 void move_views(std::vector<TensorView*> views, Device device, std::vector<Tensor>& keep) {
   for (TensorView* v : views) {
@@ -61,10 +68,13 @@ bool run_stepfun(const RunOptions& options) {
       options.gpu ? "GPU" : "CPU reference backend");
   std::printf("%-14s %-46s %-6s %9s %9s  %s\n", "family", "shape", "tile", "layer_ms", "setup_s",
               "check vs fp64 oracle");
+  std::fflush(stdout);
   bool all_pass = true;
   for (Family family : families) {
     ref::LayerCase c = base;
     c.family = family;
+    progress(std::string("StepFun ") + stepfun::family_name(family) +
+             ": random inputs, prepared weights and the fp64 oracle");
     const auto t0 = std::chrono::steady_clock::now();
     const ref::LayerData data = ref::make_layer(c);  // data + prepared weights + oracle
     const double setup_s = seconds_since(t0);
@@ -78,6 +88,7 @@ bool run_stepfun(const RunOptions& options) {
                   &args.topk_ids, &args.topk_weights},
                  Device::cuda(0), device_copies);
     }
+    progress(std::string("StepFun ") + stepfun::family_name(family) + ": the layer");
     const stepfun::StepFunMoeLaunch launch = stepfun::prepare_stepfun_moe(args);
     launch.launch();  // warm-up (module load, first touch)
     if (options.gpu) core::cuda_stream_sync(nullptr);
@@ -94,6 +105,7 @@ bool run_stepfun(const RunOptions& options) {
                   static_cast<long long>(c.top_k));
     std::printf("%-14s %-46s %-6d %9.3f %9.3f  %s\n", stepfun::family_name(family), shape,
                 launch.plan().tile, layer_s * 1e3, setup_s, check.summary().c_str());
+    std::fflush(stdout);
     all_pass = all_pass && check.pass;
   }
   return all_pass;
