@@ -84,7 +84,7 @@ CudaEnqueue bind_cuda_fc1(const Fc1Args& a, const GemmDims& dims) {
   p.hidden = dims.hidden;
   p.intermediate = dims.intermediate;
   p.num_experts = dims.num_local_experts;
-  const auto launch = reinterpret_cast<Fc1Launcher>(const_cast<void*>(unit.launch));
+  const auto launch = reinterpret_cast<Fc1Launcher>(unit.launch);
   return [p, launch](Stream stream) { launch(p, stream); };
 }
 
@@ -111,7 +111,7 @@ CudaEnqueue bind_cuda_fc2(const Fc2Args& a, const GemmDims& dims) {
   p.hidden = dims.hidden;
   p.intermediate = dims.intermediate;
   p.num_experts = dims.num_local_experts;
-  const auto launch = reinterpret_cast<Fc2Launcher>(const_cast<void*>(unit.launch));
+  const auto launch = reinterpret_cast<Fc2Launcher>(unit.launch);
   return [p, launch](Stream stream) { launch(p, stream); };
 }
 
