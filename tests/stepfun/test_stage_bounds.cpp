@@ -153,7 +153,7 @@ TEST(StageBounds, LocalRangeSumCannotOverflow) {
                                kPrepareRouting, "local_num_experts");
 }
 
-TEST(StageBounds, ScalingFactorsMustBeFinite) {
+TEST(StageBounds, NonFiniteScalarsAndRequantOperands) {
   Chain c;
   const double inf = std::numeric_limits<double>::infinity();
   for (double s : {inf, std::nan("")}) {
@@ -174,6 +174,9 @@ TEST(StageBounds, ScalingFactorsMustBeFinite) {
     bad.global_scale_inv = s;
     expect_error([&] { prepare_requant(bad); }, "global_scale_inv");
   }
+  RequantArgs null_output = q;  // null data with a shape used to pass validation
+  null_output.output.data = nullptr;
+  expect_error([&] { prepare_requant(null_output); }, "output");
   RequantArgs bad_layout = q;
   bad_layout.sf_layout = static_cast<SfLayout>(9);  // used to be treated as linear
   expect_error([&] { prepare_requant(bad_layout); }, "sf_layout");
