@@ -118,6 +118,7 @@ void flashinfer_geometry(Family f) {
   gt.cta_idx_xy_to_batch_idx = tables.cta_idx_xy_to_batch_idx.data();
   gt.cta_idx_xy_to_mn_limit = tables.cta_idx_xy_to_mn_limit.data();
   gt.num_non_exiting_ctas = tables.num_non_exiting_ctas;
+  gt.cta_table_entries = static_cast<int64_t>(tables.cta_idx_xy_to_batch_idx.size());
   gt.tile = tile;
 
   const int64_t out_bytes = testing::fc1_row_bytes(f, inter);

@@ -16,6 +16,26 @@
 namespace cakemoe {
 namespace bgmv {
 
+// ------------------------------------------------------------------------------------------------
+// Bounds and validation.
+//
+// prepare_bgmv_moe checks every argument before it reads index data, allocates or writes anything,
+// and throws InvalidArgument (or Unsupported, spec §9 with fallback = false) whose argument() names
+// the argument of the call. Beyond the rules of spec §10: every view passes the TensorView rules of
+// tensor.h; the dimensions lie within the bounds below; and on every path (Cake, portable, CPU)
+// each tensor, the default y_accum [T, S*F] and shrink_out [S, P, R] have at most INT32_MAX
+// elements and y_accum's (T - 1) * row_stride + S*F is at most INT32_MAX (the kernels index with
+// int32). A num_experts that disagrees with dim 1 of all LoRA tensors is blamed on num_experts.
+
+constexpr int64_t kMaxNumTokens = int64_t{1} << 24;   ///< T (x rows; 0 allowed)
+constexpr int64_t kMaxNumPairs = int64_t{1} << 26;    ///< P (sorted_token_ids entries)
+constexpr int64_t kMaxHiddenSize = int64_t{1} << 20;  ///< H
+constexpr int64_t kMaxFeatOut = int64_t{1} << 20;     ///< F
+constexpr int64_t kMaxRank = 512;                     ///< R (Cake 8..64, portable <= 128)
+constexpr int64_t kMaxNumLoras = 65536;    ///< L (0 allowed: every lora_indices entry is -1)
+constexpr int64_t kMaxNumExperts = 65536;  ///< E
+constexpr int64_t kMaxNumSlices = 64;      ///< S (portable: <= 8)
+
 struct BgmvOptions {
   std::string backend = "cake";  ///< the only accepted value
   bool fallback = true;          ///< false: inputs outside the Cake support set raise Unsupported

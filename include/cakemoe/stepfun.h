@@ -25,7 +25,38 @@ Family parse_family(const std::string& name);  ///< throws InvalidArgument("fami
 enum class SfLayout : uint8_t { kLinear, kR8C4, kR128C4 };
 const char* sf_layout_name(SfLayout layout);
 
-/// Static buffer bounds of spec §2.5.
+// ------------------------------------------------------------------------------------------------
+// Bounds and validation.
+//
+// Every entry below checks all of its arguments before it allocates or writes anything and throws
+// InvalidArgument (bad value) or Unsupported (valid, not served here) whose argument() names the
+// argument of the call. Sizes derived from arguments use overflow-checked arithmetic. The rules
+// beyond the per-stage shapes of spec §9.3:
+//  - Every view passes the TensorView rules of tensor.h (no negative size or stride, no int64
+//    overflow, no null data with elements); the [1] device scalars are exactly shape [1].
+//  - Enum values outside their enums are rejected (Family: "family", SfLayout: "sf_layout", or
+//    "plan" for the fields of a Plan).
+//  - routed_scaling_factor and global_scale_inv are finite and > 0.
+//  - local_expert_offset >= 0, local_num_experts > 0, local_expert_offset + local_num_experts <=
+//    num_experts (checked without overflow).
+//  - max_padded(T, K, E, tile) + 1 fits in int32 (the routing tables hold int32 slots).
+//  - FC1's gemm1_output has exactly max_padded(T, K, E_loc, tile) rows (spec §9.3).
+//  - Precomputed topk_ids hold K distinct ids per token (spec §2.2; the CPU engine checks the
+//    values at every launch, before writing).
+//  - num_non_exiting_ctas, read at launch, is at most the entries of the CTA tables (CPU engine;
+//    CUDA grids are sized from the validated tables).
+//  - prepare_stepfun_moe: gemm2_weights holds the experts, H and I of gemm1_weights; every stage is
+//    validated over the planned buffers before the first buffer is allocated.
+
+constexpr int64_t kMaxNumTokens = int64_t{1} << 20;  ///< T
+constexpr int64_t kMaxNumExperts = 65535;  ///< E and E_loc (16-bit ids in topk_packed, §2.2)
+constexpr int64_t kMaxTopK = 32;           ///< K
+constexpr int64_t kMaxHiddenSize = int64_t{1} << 20;        ///< H, a multiple of 64
+constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;  ///< I, a multiple of 64
+constexpr int64_t kMaxTileTokensDim = 65536;                ///< tile_tokens_dim (plans pick 8..256)
+
+/// Static buffer bounds of spec §2.5. Arguments: 0 <= num_tokens <= kMaxNumTokens,
+/// 0 <= top_k <= kMaxTopK, 1 <= num_experts <= kMaxNumExperts, 1 <= tile <= kMaxTileTokensDim.
 int64_t max_ctas(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t tile);
 int64_t max_padded(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t tile);
 

@@ -29,6 +29,13 @@ using Stream = void*;
 /// A non-owning view: pointer, shape, strides (in elements), dtype, device.
 /// A default-constructed view is "absent" (`defined() == false`): optional arguments use it.
 /// For kE2M1x2 the shape counts bytes (two values each), as torch's uint8 views do.
+///
+/// Bounds and validation: the fields are public, so every entry point checks each view it is
+/// given before using it and throws InvalidArgument naming the argument when the view has more
+/// than kMaxDims dimensions, a dtype or device outside the enums, a negative size or stride, a
+/// numel, byte size or addressed span that overflows int64, or a null `data` with elements
+/// (a view with zero elements may have null data). numel() and nbytes() throw
+/// InvalidArgument("shape") on such views instead of wrapping.
 struct TensorView {
   static constexpr int kMaxDims = 6;
 
@@ -53,7 +60,7 @@ struct TensorView {
   int64_t size(int dim) const;  ///< negative dims count from the end
   int64_t stride(int dim) const;
   int64_t numel() const;
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  size_t nbytes() const;
   bool is_contiguous() const;
   std::vector<int64_t> sizes() const { return std::vector<int64_t>(shape, shape + ndim); }
   template <typename T>

@@ -21,7 +21,7 @@ namespace {
 
 constexpr int kCakeRanks[] = {8, 16, 32, 64};
 
-const void* find_unit(const char* stage, int size) {
+core::ErasedLauncher find_unit(const char* stage, int size) {
   // NOTE: every BGMV unit is "portable" (sm_90a/sm_100a/sm_103a), so the sm90 flag is moot.
   const core::KernelUnit* unit = core::find_kernel_unit("bgmv", stage, "", size, false);
   if (unit == nullptr) {

@@ -44,12 +44,7 @@ Tensor device_zeros(const std::vector<int64_t>& shape, DType dtype, Device devic
 
 void fill_portable(const BgmvPlan::Impl& impl, PortableParams& pp) {
   const ProblemShape& s = impl.shape;
-  core::require_supported(
-      s.num_slices <= kPortableMaxSlices, "lora_a_weights",
-      "the portable kernels take at most 8 LoRA slices, got " + std::to_string(s.num_slices));
-  core::require_supported(
-      s.rank <= kPortableMaxRank, "lora_a_weights",
-      "the portable kernels take LoRA rank at most 128, got " + std::to_string(s.rank));
+  validate_portable_limits(s);  // also checked by prepare, before anything is allocated
   pp.dtype = dtype_code(s.dtype);
   pp.S = static_cast<int>(s.num_slices);
   pp.x = impl.x.data;

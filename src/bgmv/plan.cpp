@@ -7,6 +7,7 @@
 
 #include "bgmv/grouped_launch.h"
 #include "core/check.h"
+#include "core/checked.h"
 
 namespace cakemoe {
 namespace bgmv {
@@ -135,7 +136,14 @@ int64_t group_max_tiles(int64_t num_pairs, int64_t bins) {
 }
 
 /// CTAs of the per-route shrink per hidden split: one per pair and 8 rank rows (spec §4.1).
-int64_t shrink_ctas(int64_t num_pairs, int64_t rank) { return num_pairs * (rank / kRankTile); }
+int64_t shrink_ctas(int64_t num_pairs, int64_t rank) {
+  return core::checked_mul(num_pairs, rank / kRankTile, "num_pairs", "shrink CTAs");
+}
+
+/// L * E (lora, expert) bins.
+int64_t num_bins(int64_t num_loras, int64_t num_experts) {
+  return core::checked_mul(num_loras, num_experts, "num_loras", "num_loras * num_experts");
+}
 
 }  // namespace
 
@@ -265,7 +273,7 @@ int plan_generic_schedule(int64_t num_tokens, int64_t num_pairs, int64_t rank, A
 int select_specialized_schedule(int64_t num_tokens, int64_t num_pairs, int64_t hidden, Arch arch) {
   if (arch == Arch::kSm90a) {
     if (num_tokens >= kSm90DualColMinTokens) return 2;
-    return num_pairs >= kSm90T64MinTopK * num_tokens ? 0 : 1;
+    return num_pairs >= core::checked_mul(kSm90T64MinTopK, num_tokens, "num_tokens") ? 0 : 1;
   }
   if (num_tokens == 1 || num_tokens == 4 || num_tokens == 8) return 0;
   if (hidden == 3072 && (num_tokens == 512 || num_tokens == 1024)) return 2;
@@ -275,7 +283,8 @@ int select_specialized_schedule(int64_t num_tokens, int64_t num_pairs, int64_t h
 
 int select_pdl_mode(Variant variant, int64_t num_tokens, int64_t hidden, Arch arch, int num_sms) {
   if (variant != Variant::kGeneric) return 0;
-  const int64_t expand_ctas = num_tokens * ceil_div(hidden, kPdlExpandCols);
+  const int64_t expand_ctas =
+      core::checked_mul(num_tokens, ceil_div(hidden, kPdlExpandCols), "num_tokens", "expand CTAs");
   if (arch == Arch::kSm90a) {
     return expand_ctas <= kPdlSmallPerSmHopper * num_sms ? 1 : 0;
   }
@@ -294,20 +303,20 @@ int select_launch_pdl_mode(int64_t num_tokens, int64_t hidden, Arch arch, int nu
 
 bool select_grouped(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_loras,
                     int64_t num_experts, int64_t hidden, int64_t rank) {
-  const int64_t bins = num_loras * num_experts;
+  const int64_t bins = num_bins(num_loras, num_experts);
   if (bins <= 0 || bins > kGroupBinsMax) return false;
   if (num_pairs < kGroupedMinPairs) return false;
   if (num_pairs < kGroupedMinRoutesPerBin * bins) return false;
   if (rank < 64 && num_pairs < kGroupedMinPairsSub64) return false;
   const int64_t min_elems = rank >= 16 ? kGroupedMinWeightElems : kGroupedMinWeightElemsSub16;
-  if (hidden * rank < min_elems) return false;
+  if (core::checked_mul(hidden, rank, "hidden_size", "hidden * rank") < min_elems) return false;
   if (ceil_div(num_pairs, kGroupTileRoutes) >= kGroupedMaxTileRows) return false;
   return group_max_tiles(num_pairs, bins) < (int64_t{1} << 31);
 }
 
 bool select_grouped_sm90(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
                          int64_t num_experts, int64_t rank) {
-  const int64_t bins = num_loras * num_experts;
+  const int64_t bins = num_bins(num_loras, num_experts);
   if (bins <= 0 || bins > kGroupBinsMax) return false;
   if (ceil_div(num_pairs, kGroupTileRoutes) >= kGroupedMaxTileRows) return false;
   // Per-route wins at few tokens with many routes each (its token-owned expand batches a
@@ -325,14 +334,15 @@ bool select_grouped_sm90(int64_t num_pairs, int64_t num_tokens, int64_t num_lora
 bool select_order_remap(int64_t num_pairs, int64_t /*num_tokens*/, int64_t num_loras,
                         int64_t num_experts, int64_t hidden, int64_t rank, Arch arch) {
   if (arch != Arch::kSm90a) return false;  // Blackwell's L2 serves repeats in any order
-  const int64_t bins = num_loras * num_experts;
+  const int64_t bins = num_bins(num_loras, num_experts);
   if (bins <= 0 || bins > kGroupBinsMax) return false;
   if (num_pairs < kRemapMinPairs || num_pairs > kOrderBuildMaxPairs) return false;
   if (rank >= 64 && hidden < kRemapRank64MinHidden) return false;
   if (select_generic_shrink(num_pairs, rank, hidden, arch).kind == ShrinkKind::kRing3Stage) {
     return false;
   }
-  return num_pairs * hidden * rank * 2 >= kRemapMinWeightBytes;
+  return core::checked_product({num_pairs, hidden, rank, 2}, "num_pairs", "the weight bytes") >=
+         kRemapMinWeightBytes;
 }
 
 CakeSupport cake_support(const SupportQuery& q) {
@@ -370,6 +380,7 @@ std::string fallback_warning(const std::string& reason) {
 }
 
 RouteIndexLayout route_index_layout(int64_t num_tokens) {
+  core::require_in_range(num_tokens, 0, kMaxNumTokens, "num_tokens", "num_tokens");
   RouteIndexLayout l;
   l.count = RouteIndexLayout::kHeaderWords;
   l.base_even = l.count + num_tokens;
@@ -408,8 +419,13 @@ GroupedGeometry grouped_geometry(int64_t num_pairs, int64_t hidden, int index_ov
 
 GroupedWorkspace grouped_workspace(int64_t num_pairs, int64_t num_tokens, int64_t num_loras,
                                    int64_t num_experts, int64_t hidden) {
+  // NOTE: with the bounds of bgmv.h every term below stays far inside int64.
+  core::require_in_range(num_pairs, 0, kMaxNumPairs, "num_pairs", "num_pairs");
+  core::require_in_range(num_tokens, 0, kMaxNumTokens, "num_tokens", "num_tokens");
+  core::require_in_range(hidden, 0, kMaxHiddenSize, "hidden_size", "hidden_size");
   GroupedWorkspace w;
-  w.bins = num_loras * num_experts;
+  w.bins = num_bins(num_loras, num_experts);
+  core::require_in_range(w.bins, 0, kMaxNumLoras * kMaxNumExperts, "num_loras", "bins");
   w.hist_ctas = group_hist_ctas(num_pairs);
   w.max_tiles = group_max_tiles(num_pairs, w.bins);
   w.int_words = kGroupHeaderWords + (w.bins + 1) + w.max_tiles + num_pairs + num_tokens +
@@ -527,6 +543,9 @@ bool generic_pipeline_forced(const ProblemDesc& p) {
 }
 
 PlanChoice choose_cake_plan(const ProblemDesc& p) {
+  core::require(p.arch == Arch::kSm90a || is_blackwell(p.arch), "arch",
+                "a Cake plan needs sm90a, sm100a or sm103a, got the Arch value " +
+                    std::to_string(static_cast<unsigned>(p.arch)));
   PlanChoice c;
   c.variant = choose_variant(p);
   const PlanOverrides& o = p.overrides;
@@ -562,7 +581,7 @@ PlanChoice choose_cake_plan(const ProblemDesc& p) {
       "schedule_id",
       "a forced generic expand schedule must be 0, 1 or 2, got " + std::to_string(forced_generic));
   if (o.shrink.has_value()) shrink = checked_shrink_override(*o.shrink, p.num_pairs);
-  const int64_t bins = p.num_loras * p.num_experts;
+  const int64_t bins = num_bins(p.num_loras, p.num_experts);
   const bool sm90 = p.arch == Arch::kSm90a;
   c.grouped =
       p.grouped.has_value() ? *p.grouped

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bgmv/plan_impl.h"
 #include "bgmv/warnings.h"
@@ -38,6 +40,19 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
   const ProblemShape s =
       validate_operands(x, lora_a_weights, lora_b_weights, sorted_token_ids, expert_ids,
                         lora_indices, topk_weights, num_experts, options);
+  // The kernels' int32 limits, on every path and before any index data is read.
+  std::vector<std::pair<std::string, TensorView>> bound = {{"x", x},
+                                                           {"sorted_token_ids", sorted_token_ids},
+                                                           {"expert_ids", expert_ids},
+                                                           {"lora_indices", lora_indices},
+                                                           {"topk_weights", topk_weights},
+                                                           {"shrink_out", options.shrink_out},
+                                                           {"y_accum", options.y_accum}};
+  for (size_t i = 0; i < lora_a_weights.size(); ++i) {
+    bound.emplace_back("lora_a_weights[" + std::to_string(i) + "]", lora_a_weights[i]);
+    bound.emplace_back("lora_b_weights[" + std::to_string(i) + "]", lora_b_weights[i]);
+  }
+  validate_int32_limits(s, bound, options);
   const bool on_cpu = s.device.type == DeviceType::kCPU;
   SupportQuery query;
   query.num_slices = s.num_slices;
@@ -67,6 +82,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
   const bool portable = !support.supported() || overrides.variant == Variant::kPortable;
   // Rule 14.
   validate_workspaces(s, options, portable);
+  if (portable && !on_cpu) validate_portable_limits(s);
   // Rule 15 (and the forced pipelines' kernel limits, inside choose_cake_plan).
   core::require(!(options.grouped.value_or(false) && options.order_remap.value_or(false)),
                 "order_remap", "order_remap=true cannot be combined with grouped=true");
@@ -89,15 +105,6 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     desc.specialized_built = on_cpu || detail::specialized_unit_built(s.hidden);
     desc.overrides = overrides;
     choice = choose_cake_plan(desc);
-    validate_int32_limits(
-        {{"x", x},
-         {"lora_a_weights[0]", lora_a_weights[0]},
-         {"lora_b_weights[0]", lora_b_weights[0]},
-         {"sorted_token_ids", sorted_token_ids},
-         {"shrink_out", options.shrink_out}},
-        options.y_accum.defined()
-            ? options.y_accum
-            : TensorView(nullptr, DType::kFP32, {s.num_tokens, s.num_slices * s.feat_out}));
   }
   if (portable && !support.supported()) warn_fallback_once(support.reason);
 

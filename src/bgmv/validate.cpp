@@ -2,7 +2,9 @@
 
 #include <limits>
 
+#include "bgmv/cake_launch.h"
 #include "core/check.h"
+#include "core/checked.h"
 
 namespace cakemoe {
 namespace bgmv {
@@ -68,6 +70,15 @@ ProblemShape validate_operands(const TensorView& x, const std::vector<TensorView
   s.num_loras = lora_a[0].shape[0];
   s.rank = lora_a[0].shape[2];
   require(s.rank > 0, "lora_a_weights[0]", "rank (dim 2) must be positive");
+  // NOTE: when every LoRA tensor agrees on dim 1, a different num_experts is the wrong argument.
+  bool experts_agree = true;
+  for (size_t i = 0; i < lora_a.size(); ++i) {
+    experts_agree = experts_agree && lora_a[i].shape[1] == lora_a[0].shape[1] &&
+                    lora_b[i].shape[1] == lora_a[0].shape[1];
+  }
+  require(!experts_agree || lora_a[0].shape[1] == num_experts, "num_experts",
+          "must equal dim 1 of every LoRA tensor (" + std::to_string(lora_a[0].shape[1]) +
+              "), got num_experts=" + std::to_string(num_experts));
   for (size_t i = 0; i < lora_a.size(); ++i) {
     for (const auto* t : {&lora_a[i], &lora_b[i]}) {
       const std::string name = indexed(t == &lora_a[i] ? "lora_a_weights" : "lora_b_weights", i);
@@ -124,6 +135,16 @@ ProblemShape validate_operands(const TensorView& x, const std::vector<TensorView
   core::check_dtype(sorted_token_ids, "sorted_token_ids", {DType::kInt64});
   core::check_dtype(expert_ids, "expert_ids", {DType::kInt64});
   core::check_dtype(lora_indices, "lora_indices", {DType::kInt64});
+  // Bounds of bgmv.h (sizes derived from them stay far inside int64).
+  using core::require_in_range;
+  require_in_range(s.num_tokens, 0, kMaxNumTokens, "x", "the number of tokens T (dim 0)");
+  require_in_range(s.hidden, 1, kMaxHiddenSize, "x", "the hidden size H (dim 1)");
+  require_in_range(s.num_slices, 1, kMaxNumSlices, "lora_a_weights", "the number of slices S");
+  require_in_range(s.num_loras, 0, kMaxNumLoras, "lora_a_weights[0]", "num_loras L (dim 0)");
+  require_in_range(s.num_experts, 1, kMaxNumExperts, "num_experts", "num_experts");
+  require_in_range(s.rank, 1, kMaxRank, "lora_a_weights[0]", "the rank R (dim 2)");
+  require_in_range(s.feat_out, 1, kMaxFeatOut, "lora_b_weights[0]", "feat_out F (dim 2)");
+  require_in_range(s.num_pairs, 1, kMaxNumPairs, "sorted_token_ids", "the number of pairs P");
   return s;
 }
 
@@ -165,19 +186,50 @@ void validate_workspaces(const ProblemShape& s, const BgmvOptions& options, bool
   }
 }
 
-void validate_int32_limits(const std::vector<std::pair<std::string, TensorView>>& tensors,
-                           const TensorView& y_accum) {
-  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+void validate_portable_limits(const ProblemShape& s) {
+  core::require_supported(
+      s.num_slices <= kPortableMaxSlices, "lora_a_weights",
+      "the portable kernels take at most 8 LoRA slices, got " + std::to_string(s.num_slices));
+  core::require_supported(
+      s.rank <= kPortableMaxRank, "lora_a_weights",
+      "the portable kernels take LoRA rank at most 128, got " + std::to_string(s.rank));
+}
+
+void validate_int32_limits(const ProblemShape& s,
+                           const std::vector<std::pair<std::string, TensorView>>& tensors,
+                           const BgmvOptions& options) {
+  constexpr int64_t kMax = core::kInt32Max;
   for (const auto& named : tensors) {
+    if (!named.second.defined()) continue;
+    core::check_view(named.second, named.first);
     require(named.second.numel() <= kMax, named.first,
-            "the Cake kernels index with int32: numel must be at most 2147483647, got " +
+            "the kernels index with int32: numel must be at most 2147483647, got " +
                 named.second.describe());
   }
-  if (y_accum.defined() && y_accum.shape[0] > 0) {
-    const int64_t span = (y_accum.shape[0] - 1) * y_accum.strides[0] + y_accum.shape[1];
+  // The defaults prepare would allocate: y_accum [T, S*F] fp32, shrink_out [S, P, R].
+  const int64_t width = core::checked_mul(s.num_slices, s.feat_out, "lora_b_weights", "S * F");
+  if (!options.y_accum.defined()) {
+    const int64_t numel = core::checked_mul(s.num_tokens, width, "lora_b_weights", "T * S * F");
+    require(numel <= kMax, "lora_b_weights",
+            "the default y_accum [T, S*F] = [" + std::to_string(s.num_tokens) + ", " +
+                std::to_string(width) + "] must have at most 2147483647 elements (int32 indexing)");
+  } else if (options.y_accum.ndim == 2 && options.y_accum.shape[0] > 0) {
+    const TensorView& y = options.y_accum;
+    core::check_view(y, "y_accum");
+    const int64_t span = core::checked_add(
+        core::checked_mul(y.shape[0] - 1, y.strides[0], "y_accum", "(T - 1) * row_stride"),
+        y.shape[1], "y_accum", "(T - 1) * row_stride + width");
     require(span <= kMax, "y_accum",
-            "the Cake kernels index with int32: (T - 1) * row_stride + width must be at most "
-            "2147483647, got " + std::to_string(span));
+            "the kernels index with int32: (T - 1) * row_stride + width must be at most "
+            "2147483647, got " +
+                std::to_string(span));
+  }
+  if (!options.shrink_out.defined()) {
+    const int64_t numel =
+        core::checked_product({s.num_slices, s.num_pairs, s.rank}, "sorted_token_ids", "S * P * R");
+    require(numel <= kMax, "sorted_token_ids",
+            "the default shrink_out [S, P, R] = " + std::to_string(numel) +
+                " elements must be at most 2147483647 (int32 indexing)");
   }
 }
 

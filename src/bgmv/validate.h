@@ -39,9 +39,16 @@ void validate_index_ranges(const ProblemShape& shape, const TensorView& expert_i
 /// spec §10 rule 14: optional shrink_out / y_accum; `portable` demands a contiguous y_accum.
 void validate_workspaces(const ProblemShape& shape, const BgmvOptions& options, bool portable);
 
-/// Kernel-side int32 indexing limits of the Cake kernels (spec §10, after rule 15).
-void validate_int32_limits(const std::vector<std::pair<std::string, TensorView>>& tensors,
-                           const TensorView& y_accum);
+/// The portable CUDA kernels' limits (at most kPortableMaxSlices slices, rank at most
+/// kPortableMaxRank); Unsupported("lora_a_weights") beyond them. Checked before allocation.
+void validate_portable_limits(const ProblemShape& shape);
+
+/// Kernel-side int32 indexing limits (spec §10, after rule 15), enforced on every path before
+/// any index data is read: each named tensor (structure checked first), the default y_accum and
+/// shrink_out when absent, and a given y_accum's (T - 1) * row_stride + width.
+void validate_int32_limits(const ProblemShape& shape,
+                           const std::vector<std::pair<std::string, TensorView>>& tensors,
+                           const BgmvOptions& options);
 
 }  // namespace bgmv
 }  // namespace cakemoe

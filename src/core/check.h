@@ -21,7 +21,11 @@ inline void require_supported(bool condition, const std::string& arg, const std:
   if (!condition) throw Unsupported(arg, rule);
 }
 
-/// `t` must be present.
+/// The structure of a view is sound: 0..6 dims, a valid dtype and device, no negative size or
+/// stride, numel / byte size / addressed span within int64, and non-null data when it has
+/// elements. Every check below that reads a shape runs it first.
+void check_view(const TensorView& t, const std::string& arg);
+/// `t` must be present (and pass check_view).
 void check_defined(const TensorView& t, const std::string& arg);
 /// `t` must be absent.
 void check_absent(const TensorView& t, const std::string& arg, const std::string& why);
@@ -35,6 +39,8 @@ void check_ndim(const TensorView& t, const std::string& arg, int ndim);
 void check_contiguous(const TensorView& t, const std::string& arg);
 /// On `device`.
 void check_device(const TensorView& t, const std::string& arg, Device device);
+/// Exactly `size` elements in a single dimension (e.g. the [1] device scalars).
+void check_vector(const TensorView& t, const std::string& arg, int64_t size);
 /// numel must be at least `min_numel` (workspace-style buffers).
 void check_min_numel(const TensorView& t, const std::string& arg, int64_t min_numel);
 /// Defined + dtype + contiguous + device in one call (the common case for operands).

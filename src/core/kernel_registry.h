@@ -10,8 +10,14 @@
 namespace cakemoe {
 namespace core {
 
+/// A launcher with its signature erased. NOTE: a function pointer type, not void*: converting a
+/// function pointer to another function pointer type and back is well-defined C++ (g++ and
+/// clang), while a cast from an object pointer is only conditionally supported.
+using ErasedLauncher = void (*)();
+
 /// One compiled kernel unit. `launch` is the unit's launcher; its signature is fixed per
-/// (pipeline, stage) by the header that declares that stage's params (cast it there only).
+/// (pipeline, stage) by the header that declares that stage's params (cast it there only, with
+/// reinterpret_cast to that launcher type).
 struct KernelUnit {
   const char* name;      ///< the inst/ file name, e.g. "stepfun_fc1_nvfp4"
   const char* pipeline;  ///< "stepfun" | "bgmv"
@@ -19,7 +25,7 @@ struct KernelUnit {
   const char* variant;  ///< family name ("nvfp4", ...) or dtype ("bf16", "fp16"); "" when unused
   int size;             ///< tile (stepfun; 0 = any tile) or rank (bgmv; 0 = any rank)
   const char* arch;     ///< "sm90a" (Hopper-only unit) or "portable" (sm_90a, sm_100a, sm_103a)
-  const void* launch;
+  ErasedLauncher launch;
 };
 
 /// Every unit of this build (empty without CUDA).
@@ -43,9 +49,10 @@ const KernelUnit* find_kernel_unit(const std::string& pipeline, const std::strin
 }  // namespace cakemoe
 
 /// Defines the catalog entry of one inst/ file. `name` must equal the file name (without .cu).
-#define CAKEMOE_KERNEL_UNIT(name, pipeline, stage, variant, size, arch, launch)              \
-  const ::cakemoe::core::KernelUnit* cakemoe_kernel_unit_##name() {                          \
-    static const ::cakemoe::core::KernelUnit unit{                                           \
-        #name, pipeline, stage, variant, size, arch, reinterpret_cast<const void*>(launch)}; \
-    return &unit;                                                                            \
+#define CAKEMOE_KERNEL_UNIT(name, pipeline, stage, variant, size, arch, launch)         \
+  const ::cakemoe::core::KernelUnit* cakemoe_kernel_unit_##name() {                     \
+    using Erased = ::cakemoe::core::ErasedLauncher;                                     \
+    static const ::cakemoe::core::KernelUnit unit{                                      \
+        #name, pipeline, stage, variant, size, arch, reinterpret_cast<Erased>(launch)}; \
+    return &unit;                                                                       \
   }

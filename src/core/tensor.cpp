@@ -5,6 +5,7 @@
 
 #include "cakemoe/errors.h"
 #include "core/check.h"
+#include "core/checked.h"
 
 namespace cakemoe {
 namespace {
@@ -13,7 +14,7 @@ void fill_contiguous_strides(TensorView& v) {
   int64_t stride = 1;
   for (int d = v.ndim - 1; d >= 0; --d) {
     v.strides[d] = stride;
-    stride *= v.shape[d];
+    stride = core::checked_mul(stride, v.shape[d], "shape", "numel");
   }
 }
 
@@ -69,16 +70,27 @@ int64_t TensorView::stride(int dim) const {
 }
 
 int64_t TensorView::numel() const {
+  // NOTE: the fields are public, so a view may hold anything; entry points reject such views by
+  // argument name (core::check_view) before they get here, this is the backstop.
+  if (ndim < 0 || ndim > kMaxDims) throw InvalidArgument("shape", "ndim must lie in [0, 6]");
   int64_t n = 1;
-  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  for (int d = 0; d < ndim; ++d) {
+    if (shape[d] < 0) throw InvalidArgument("shape", "dimensions must be non-negative");
+    n = core::checked_mul(n, shape[d], "shape", "numel");
+  }
   return ndim == 0 ? (data ? 1 : 0) : n;
+}
+
+size_t TensorView::nbytes() const {
+  return static_cast<size_t>(
+      core::checked_mul(numel(), static_cast<int64_t>(dtype_size(dtype)), "shape", "nbytes"));
 }
 
 bool TensorView::is_contiguous() const {
   int64_t expected = 1;
   for (int d = ndim - 1; d >= 0; --d) {
     if (shape[d] != 1 && strides[d] != expected) return false;
-    expected *= shape[d];
+    if (__builtin_mul_overflow(expected, shape[d], &expected)) return false;
   }
   return true;
 }

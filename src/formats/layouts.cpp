@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/checked.h"
 
 namespace cakemoe {
 namespace formats {
@@ -25,18 +26,19 @@ void check_map(const std::vector<int64_t>& map, int64_t rows) {
 void check_rows(const void* src, const void* dst, int64_t rows, int64_t row_bytes) {
   core::require(rows >= 0, "rows", "must be >= 0, got " + std::to_string(rows));
   core::require(row_bytes >= 0, "row_bytes", "must be >= 0, got " + std::to_string(row_bytes));
-  if (rows * row_bytes == 0) return;
+  const int64_t bytes = core::checked_mul(rows, row_bytes, "row_bytes", "rows * row_bytes");
+  if (bytes == 0) return;
   core::require(src != nullptr, "src", "must not be null");
   core::require(dst != nullptr, "dst", "must not be null");
   const char* s = static_cast<const char*>(src);
   const char* d = static_cast<const char*>(dst);
-  const int64_t bytes = rows * row_bytes;
   core::require(s + bytes <= d || d + bytes <= s, "dst", "must not overlap src");
 }
 
 void check_sf(const uint8_t* data, const char* name, int64_t rows, int64_t num_cols) {
   core::require(rows >= 0, "rows", "must be >= 0, got " + std::to_string(rows));
   core::require(num_cols >= 0, "num_cols", "must be >= 0, got " + std::to_string(num_cols));
+  checked_sf_size(stepfun::SfLayout::kR128C4, rows, num_cols, "num_cols");  // the largest layout
   core::require(data != nullptr || rows * num_cols == 0, name, "must not be null");
 }
 
@@ -45,15 +47,34 @@ void check_block_major(const uint16_t* src, int64_t M, int64_t K) {
   core::require(K >= 0 && K % kBlockMajorK == 0, "K",
                 "must be a non-negative multiple of 64 (BlockMajorK, 128 bytes of bf16), got " +
                     std::to_string(K));
-  core::require(src != nullptr || M * K == 0, "src", "must not be null");
+  core::require(src != nullptr || core::checked_mul(M, K, "K", "M * K") == 0, "src",
+                "must not be null");
 }
 
 }  // namespace
+
+int64_t checked_sf_size(stepfun::SfLayout layout, int64_t rows, int64_t num_cols,
+                        const std::string& arg) {
+  core::require(rows >= 0 && num_cols >= 0, arg,
+                "scale-factor rows and columns must be >= 0, got [" + std::to_string(rows) + ", " +
+                    std::to_string(num_cols) + "]");
+  const int64_t row_pad = layout == stepfun::SfLayout::kR8C4     ? 8
+                          : layout == stepfun::SfLayout::kR128C4 ? 128
+                                                                 : 1;
+  const int64_t col_pad = layout == stepfun::SfLayout::kLinear ? 1 : 4;
+  // NOTE: ceil(x / p) * p written as x / p + (x % p != 0): x + p - 1 may overflow.
+  const int64_t padded_rows =
+      core::checked_mul(rows / row_pad + (rows % row_pad != 0), row_pad, arg, "the padded SF rows");
+  const int64_t padded_cols = core::checked_mul(num_cols / col_pad + (num_cols % col_pad != 0),
+                                                col_pad, arg, "the padded SF columns");
+  return core::checked_mul(padded_rows, padded_cols, arg, "the scale-factor bytes");
+}
 
 std::vector<int64_t> w1_row_map(int64_t I) {
   core::require(I >= 0 && I % 16 == 0, "I",
                 "must be a non-negative multiple of 16 (2I rows in blocks of 32), got " +
                     std::to_string(I));
+  core::checked_mul(I, 2, "I", "2I");
   std::vector<int64_t> map(static_cast<size_t>(2 * I));
   for (int64_t r = 0; r < 2 * I; ++r) map[r] = w1_physical_row(r, I);
   return map;

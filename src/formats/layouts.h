@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cakemoe/stepfun.h"
@@ -109,6 +110,11 @@ CAKEMOE_HD int64_t sf_size(stepfun::SfLayout layout, int64_t rows, int64_t num_c
       return rows * num_cols;
   }
 }
+
+/// Host: sf_size(layout, rows, num_cols) with overflow-checked arithmetic; InvalidArgument(arg)
+/// for negative sizes or a size that does not fit in int64.
+int64_t checked_sf_size(stepfun::SfLayout layout, int64_t rows, int64_t num_cols,
+                        const std::string& arg);
 
 // ---- (d) BlockMajorK ----------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@
 #include "cakemoe/config.h"
 #include "cakemoe/errors.h"
 #include "core/check.h"
+#include "core/checked.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -28,8 +29,10 @@ void validate_routing(const MoEConfig& c) {
                     "routing bias is not supported by cake_stepfun; compute biased routing in "
                     "the framework and pass topk_ids + topk_weights (UnpackedPrecomputed)");
   require(r.num_experts > 0, "routing.num_experts", "must be > 0");
+  core::require_in_range(r.num_experts, 1, kMaxNumExperts, "routing.num_experts", "num_experts");
   require(r.top_k >= 1 && r.top_k <= r.num_experts, "routing.top_k",
           "must satisfy 1 <= top_k <= num_experts (" + std::to_string(r.num_experts) + ")");
+  core::require_in_range(r.top_k, 1, kMaxTopK, "routing.top_k", "top_k");
   require_supported(r.n_group <= 1 && r.topk_group <= 1, "routing.n_group",
                     "expert groups (n_group / topk_group > 1) belong to DeepSeekV3 routing; "
                     "Renormalize has none (leave both 0 or 1)");
@@ -43,6 +46,11 @@ void validate_routing(const MoEConfig& c) {
             "routing.routed_scaling_factor",
             "applies only to FromLogits routing; with precomputed ids bake it into topk_weights");
   }
+  require(static_cast<unsigned>(c.routing_input) <=
+              static_cast<unsigned>(RoutingInputMode::kPackedPrecomputed),
+          "routing_input",
+          "is not a RoutingInputMode value (" +
+              std::to_string(static_cast<unsigned>(c.routing_input)) + ")");
   require_supported(c.routing_input != RoutingInputMode::kPackedPrecomputed, "routing_input",
                     "PackedPrecomputed routing is not supported by cake_stepfun; use FromLogits "
                     "or UnpackedPrecomputed (topk_ids + topk_weights)");
@@ -55,12 +63,15 @@ void validate_experts(const MoEConfig& c) {
                     "expert outside the fused MoE");
   require(x.intermediate_size > 0 && x.intermediate_size % 64 == 0, "experts.intermediate_size",
           "must be a positive multiple of 64, got " + std::to_string(x.intermediate_size));
+  core::require_in_range(x.intermediate_size, 64, kMaxIntermediateSize, "experts.intermediate_size",
+                         "intermediate_size");
   const int64_t e = c.routing.num_experts;
   require(x.local_expert_offset >= 0 && x.local_expert_offset < e, "experts.local_expert_offset",
           "must lie in [0, num_experts = " + std::to_string(e) + ")");
   require(x.local_num_experts == -1 || x.local_num_experts > 0, "experts.local_num_experts",
           "must be -1 (all) or > 0");
-  require(x.local_num_experts == -1 || x.local_expert_offset + x.local_num_experts <= e,
+  // NOTE: written as a difference: the sum of two caller values may overflow.
+  require(x.local_num_experts == -1 || x.local_num_experts <= e - x.local_expert_offset,
           "experts.local_num_experts",
           "local_expert_offset + local_num_experts must be <= num_experts = " + std::to_string(e));
 }

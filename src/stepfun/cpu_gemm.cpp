@@ -1,5 +1,7 @@
 #include "stepfun/cpu_gemm.h"
 
+#include <algorithm>
+
 #include "reference/stepfun/fc1.h"
 #include "reference/stepfun/fc2.h"
 
@@ -19,6 +21,7 @@ ref::GemmTables tables_of(const TensorView& p2t, const TensorView& batch, const 
   t.cta_idx_xy_to_batch_idx = batch.ptr<int32_t>();
   t.cta_idx_xy_to_mn_limit = limit.ptr<int32_t>();
   t.num_non_exiting_ctas = *num_ctas.ptr<int32_t>();  // host tensor: the live device scalar
+  t.cta_table_entries = std::min(batch.numel(), limit.numel());
   t.tile = tile;
   return t;
 }
@@ -45,7 +48,8 @@ void cpu_fc1(const Fc1Args& a, const GemmDims& dims) {
   p.gemm1_output = a.gemm1_output.data;
   p.gemm1_output_scale = a.gemm1_output_scale.ptr<uint8_t>();
   p.output_scale_layout = act_sf_layout(a.tile_tokens_dim);
-  p.output_rows = a.gemm1_output.shape[0];
+  // NOTE: valid rows index gemm1_output and permuted_idx_to_token_idx: bound by both.
+  p.output_rows = std::min(a.gemm1_output.shape[0], a.permuted_idx_to_token_idx.numel());
   ref::fc1(p);
 }
 
@@ -65,7 +69,9 @@ void cpu_fc2(const Fc2Args& a, const GemmDims& dims) {
   p.tables = tables_of(TensorView(), a.cta_idx_xy_to_batch_idx, a.cta_idx_xy_to_mn_limit,
                        a.num_non_exiting_ctas, a.tile_tokens_dim);
   p.gemm2_output = a.gemm2_output.ptr<uint16_t>();
-  p.rows = a.gemm2_output.shape[0];
+  // NOTE: valid rows index gemm2_input, gemm2_output and (nvfp4_bf16tok) per_token_scale.
+  p.rows = std::min(a.gemm2_output.shape[0], a.gemm2_input.shape[0]);
+  if (a.per_token_scale.defined()) p.rows = std::min(p.rows, a.per_token_scale.numel());
   ref::fc2(p);
 }
 

@@ -98,7 +98,7 @@ CudaEnqueue bind_cuda_fc1(const Fc1Args& a, const GemmDims& dims) {
   p.hidden = dims.hidden;
   p.intermediate = dims.intermediate;
   p.num_experts = dims.num_local_experts;
-  return reinterpret_cast<Fc1Binder>(const_cast<void*>(unit.launch))(p);
+  return reinterpret_cast<Fc1Binder>(unit.launch)(p);
 }
 
 CudaEnqueue bind_cuda_fc2(const Fc2Args& a, const GemmDims& dims) {
@@ -126,7 +126,7 @@ CudaEnqueue bind_cuda_fc2(const Fc2Args& a, const GemmDims& dims) {
   p.hidden = dims.hidden;
   p.intermediate = dims.intermediate;
   p.num_experts = dims.num_local_experts;
-  return reinterpret_cast<Fc2Binder>(const_cast<void*>(unit.launch))(p);
+  return reinterpret_cast<Fc2Binder>(unit.launch)(p);
 }
 
 }  // namespace stepfun

@@ -7,10 +7,6 @@
 
 namespace cakemoe {
 namespace stepfun {
-namespace {
-
-}  // namespace
-
 const char* family_name(Family family) {
   switch (family) {
     case Family::kBF16: return "bf16";
@@ -29,6 +25,16 @@ Family parse_family(const std::string& name) {
     valid += (valid.empty() ? "" : ", ") + std::string(family_name(f));
   }
   throw InvalidArgument("family", "unknown family '" + name + "'; valid names: " + valid);
+}
+
+void check_family(Family family, const std::string& arg) {
+  core::require(static_cast<unsigned>(family) <= static_cast<unsigned>(Family::kNVFP4BF16Tok), arg,
+                "is not a Family value (" + std::to_string(static_cast<unsigned>(family)) + ")");
+}
+
+void check_sf_layout(SfLayout layout, const std::string& arg) {
+  core::require(static_cast<unsigned>(layout) <= static_cast<unsigned>(SfLayout::kR128C4), arg,
+                "is not an SfLayout value (" + std::to_string(static_cast<unsigned>(layout)) + ")");
 }
 
 const char* sf_layout_name(SfLayout layout) {

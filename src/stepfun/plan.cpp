@@ -5,6 +5,7 @@
 #include "cakemoe/errors.h"
 #include "cakemoe/stepfun.h"
 #include "core/check.h"
+#include "core/checked.h"
 #include "stepfun/catalog.h"
 #include "stepfun/sm90/tile_config.h"
 #include "stepfun/validate.h"
@@ -13,19 +14,28 @@ namespace cakemoe {
 namespace stepfun {
 namespace {
 
-int64_t next_pow2(int64_t v) {
+/// The smallest power of two >= v, for 1 <= v <= `cap` (a power of two); `cap` above it.
+int64_t next_pow2_capped(int64_t v, int64_t cap) {
   int64_t p = 1;
-  while (p < v && p < (int64_t(1) << 40)) p <<= 1;  // bounded: no endless loop on huge T*K
+  while (p < v && p < cap) p <<= 1;
   return p;
 }
 
 void validate_problem(const ProblemDesc& p) {
+  check_family(p.family);
   core::require(p.num_tokens > 0, "num_tokens", "must be > 0");
+  core::require_in_range(p.num_tokens, 1, kMaxNumTokens, "num_tokens", "num_tokens");
   core::require(p.top_k > 0, "top_k", "must be > 0");
+  core::require_in_range(p.top_k, 1, kMaxTopK, "top_k", "top_k");
   core::require(p.local_num_experts > 0, "local_num_experts", "must be > 0");
+  core::require_in_range(p.local_num_experts, 1, kMaxNumExperts, "local_num_experts",
+                         "local_num_experts");
   core::require(p.hidden_size > 0, "hidden_size", "must be > 0");
+  core::require_in_range(p.hidden_size, 1, kMaxHiddenSize, "hidden_size", "hidden_size");
   core::require(p.intermediate_size > 0 && p.intermediate_size % 64 == 0, "intermediate_size",
                 "must be a positive multiple of 64");
+  core::require_in_range(p.intermediate_size, 64, kMaxIntermediateSize, "intermediate_size",
+                         "intermediate_size");
 }
 
 Plan make_plan(const ProblemDesc& p, int tile, const KernelUnit& fc1, const KernelUnit& fc2,
@@ -52,9 +62,10 @@ std::vector<Plan> plans_for(const ProblemDesc& problem) {
   const Arch arch = arch_of(problem.device);
   const std::vector<int>& ladder = tile_ladder();
   // Native rule (computeSelectedTileN): center = clamp(nextPow2(ceil(T*K / E_loc)), ladder).
-  const int64_t pairs = problem.num_tokens * problem.top_k;
+  const int64_t pairs = core::checked_mul(problem.num_tokens, problem.top_k, "num_tokens", "T * K");
   const int64_t avg = (pairs + problem.local_num_experts - 1) / problem.local_num_experts;
-  const int64_t center = std::clamp<int64_t>(next_pow2(avg), ladder.front(), ladder.back());
+  const int64_t center =
+      std::clamp<int64_t>(next_pow2_capped(avg, ladder.back()), ladder.front(), ladder.back());
   const auto center_it = std::find(ladder.begin(), ladder.end(), static_cast<int>(center));
   const int64_t c = center_it - ladder.begin();
   std::vector<Plan> plans;

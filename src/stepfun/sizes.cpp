@@ -1,23 +1,20 @@
 // Static routing buffer bounds (spec stepfun §2.5).
 #include <cstdint>
-#include <limits>
 #include <string>
 
 #include "cakemoe/stepfun.h"
 #include "core/check.h"
+#include "core/checked.h"
 
 namespace cakemoe {
 namespace stepfun {
 namespace {
 
 void check_bound_args(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t tile) {
-  core::require(num_tokens >= 0, "num_tokens", "must be >= 0, got " + std::to_string(num_tokens));
-  core::require(top_k >= 0, "top_k", "must be >= 0, got " + std::to_string(top_k));
-  core::require(num_experts > 0, "num_experts",
-                "must be > 0, got " + std::to_string(num_experts));
-  core::require(tile > 0, "tile_tokens_dim", "must be > 0, got " + std::to_string(tile));
-  core::require(top_k == 0 || num_tokens <= std::numeric_limits<int32_t>::max() / top_k,
-                "num_tokens", "num_tokens * top_k must fit in int32");
+  core::require_in_range(num_tokens, 0, kMaxNumTokens, "num_tokens", "num_tokens");
+  core::require_in_range(top_k, 0, kMaxTopK, "top_k", "top_k");
+  core::require_in_range(num_experts, 1, kMaxNumExperts, "num_experts", "num_experts");
+  core::require_in_range(tile, 1, kMaxTileTokensDim, "tile_tokens_dim", "tile_tokens_dim");
 }
 
 }  // namespace
@@ -32,7 +29,8 @@ int64_t max_ctas(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t
 }
 
 int64_t max_padded(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t tile) {
-  return max_ctas(num_tokens, top_k, num_experts, tile) * tile;
+  return core::checked_mul(max_ctas(num_tokens, top_k, num_experts, tile), tile, "tile_tokens_dim",
+                           "max_padded");
 }
 
 }  // namespace stepfun

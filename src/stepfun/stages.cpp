@@ -87,6 +87,9 @@ StepFunStageLaunch prepare_routing(const RoutingArgs& args) {
       ref::route_from_logits(config, a.routing_logits.data, a.routing_logits.dtype, ids->data(),
                              a.topk_weights.ptr<uint16_t>(), a.topk_packed.ptr<int32_t>());
       topk_ids = ids->data();
+    } else {
+      // NOTE: the caller's ids may change between launches, so they are checked at each one.
+      ref::check_distinct_topk_ids(topk_ids, dims.num_tokens, a.top_k);
     }
     ref::build_tables(config, topk_ids, views);
   }));

@@ -135,8 +135,8 @@ TEST(BgmvPrepareValidation, RulesSevenToNine) {
   }
   {
     Args bad(c);
-    bad.num_experts = 4;
-    expect_error<InvalidArgument>(bad, "lora_a_weights[0]", "num_experts=4");
+    bad.num_experts = 4;  // every LoRA tensor agrees on 8 experts: num_experts is the wrong one
+    expect_error<InvalidArgument>(bad, "num_experts", "num_experts=4");
   }
   {
     Args bad(c);

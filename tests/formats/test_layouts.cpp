@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "cakemoe/errors.h"
 #include "formats/layouts.h"
 #include "formats/quantize.h"
+#include "testbed/expect_error.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {
@@ -249,6 +251,26 @@ TEST(PermuteRows, RoundTripAndValidation) {
   EXPECT_THROW(permute_rows(src.data(), dst.data(), rows - 1, row_bytes, map), InvalidArgument);
   EXPECT_THROW(permute_rows(src.data(), const_cast<uint8_t*>(src.data()) + 5, rows, row_bytes, map),
                InvalidArgument);
+}
+
+TEST(Layouts, CheckedSfSizeMatchesAndNamesOverflow) {
+  for (SfLayout layout : {SfLayout::kLinear, SfLayout::kR8C4, SfLayout::kR128C4}) {
+    for (int64_t rows : {0, 1, 7, 8, 129, 4096}) {
+      for (int64_t cols : {0, 1, 3, 4, 5, 192}) {
+        EXPECT_EQ(checked_sf_size(layout, rows, cols, "s"), sf_size(layout, rows, cols));
+      }
+    }
+  }
+  // ceil_div(rows, 128) * 128 * ... used to wrap for huge rows.
+  const int64_t big = int64_t{1} << 62;
+  testbed::expect_error([&] { checked_sf_size(SfLayout::kR128C4, big, big, "output_scale"); },
+                        "output_scale");
+  testbed::expect_error(
+      [&] { checked_sf_size(SfLayout::kR8C4, std::numeric_limits<int64_t>::max(), 4, "sf"); },
+      "sf");
+  testbed::expect_error([&] { checked_sf_size(SfLayout::kLinear, -1, 4, "sf"); }, "sf");
+  std::vector<uint8_t> src(16), dst(16);
+  testbed::expect_error([&] { permute_rows(src.data(), dst.data(), big, big, {}); }, "row_bytes");
 }
 
 }  // namespace

@@ -6,23 +6,30 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/checked.h"
 #include "core/parallel.h"
 #include "formats/codecs.h"
 #include "formats/layouts.h"
 #include "formats/quantize.h"
 #include "reference/stepfun/unpack.h"
 #include "reference/stepfun/weights.h"
+#include "stepfun/families.h"
 
 namespace cakemoe {
 namespace reference {
 namespace stepfun {
 
 void check_activation_inputs(Family family, const TensorView& hidden, double a_gs) {
+  ::cakemoe::stepfun::check_family(family);
   core::check_defined(hidden, "hidden");
   core::check_dtype(hidden, "hidden", {DType::kBF16});
   core::check_ndim(hidden, "hidden", 2);
   core::check_contiguous(hidden, "hidden");
   core::require(hidden.shape[0] > 0, "hidden", "needs T > 0 tokens, got " + hidden.describe());
+  core::require_in_range(hidden.shape[0], 1, ::cakemoe::stepfun::kMaxNumTokens, "hidden",
+                         "the number of tokens T");
+  core::require_in_range(hidden.shape[1], 0, ::cakemoe::stepfun::kMaxHiddenSize, "hidden",
+                         "the hidden size H");
   const int64_t vec = block_size(family) > 0 ? block_size(family) : 1;
   core::require(hidden.shape[1] > 0 && hidden.shape[1] % vec == 0, "hidden",
                 std::string("family ") + ::cakemoe::stepfun::family_name(family) +

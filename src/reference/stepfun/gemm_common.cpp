@@ -94,6 +94,10 @@ ExpertRows group_rows_by_expert(const GemmTables& tables, int64_t num_experts,
                                 int64_t output_rows) {
   core::require(tables.tile > 0, "tile_tokens_dim", "must be > 0");
   core::require(tables.num_non_exiting_ctas >= 0, "num_non_exiting_ctas", "must be >= 0");
+  // NOTE: a live device value: the entries are checked at prepare, the count only here.
+  core::require(tables.num_non_exiting_ctas <= tables.cta_table_entries, "num_non_exiting_ctas",
+                "= " + std::to_string(tables.num_non_exiting_ctas) + " exceeds the " +
+                    std::to_string(tables.cta_table_entries) + " entries of the CTA tables");
   if (tables.num_non_exiting_ctas > 0) {
     core::require(tables.cta_idx_xy_to_batch_idx != nullptr, "cta_idx_xy_to_batch_idx",
                   "is required");

@@ -15,7 +15,8 @@ struct GemmTables {
   const int32_t* cta_idx_xy_to_batch_idx = nullptr;    ///< [>= num_non_exiting_ctas]
   const int32_t* cta_idx_xy_to_mn_limit = nullptr;     ///< [>= num_non_exiting_ctas]
   int64_t num_non_exiting_ctas = 0;
-  int64_t tile = 8;  ///< tile_tokens_dim
+  int64_t cta_table_entries = 0;  ///< entries of each CTA table: num_non_exiting_ctas <= this
+  int64_t tile = 8;               ///< tile_tokens_dim
 };
 
 /// Valid permuted rows of every local expert, in CTA order: tile n contributes
@@ -24,8 +25,9 @@ struct ExpertRows {
   std::vector<std::vector<int64_t>> rows;  ///< [E_loc] lists of permuted rows
 };
 
-/// Groups the valid rows; throws InvalidArgument (naming the table) when a tile's expert is
-/// outside [0, num_experts) or its mn_limit outside [n*tile, min((n+1)*tile, output_rows)].
+/// Groups the valid rows; throws InvalidArgument (naming the table) when num_non_exiting_ctas
+/// exceeds the CTA tables, a tile's expert is outside [0, num_experts) or its mn_limit outside
+/// [n*tile, min((n+1)*tile, output_rows)].
 ExpertRows group_rows_by_expert(const GemmTables& tables, int64_t num_experts, int64_t output_rows);
 
 /// c[i*ldc + j] = sum_kk a_rows[i][kk] * b[j*k + kk] for i < m, j < n: fp32 dot products of m

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <string>
 
+#include "cakemoe/stepfun.h"
 #include "core/check.h"
+#include "core/checked.h"
 #include "core/parallel.h"
 #include "formats/codecs.h"
 
@@ -19,15 +21,34 @@ void check_routing_config(const RoutingConfig& c) {
   using core::require;
   const std::string e = std::to_string(c.num_experts);
   require(c.num_tokens >= 0, "num_tokens", "must be >= 0");
+  core::require_in_range(c.num_tokens, 0, ::cakemoe::stepfun::kMaxNumTokens, "num_tokens",
+                         "num_tokens");
   require(c.num_experts >= 1 && c.num_experts <= 65535, "num_experts",
           "must lie in [1, 65535] (16-bit packed ids), got " + e);
   require(c.top_k >= 1 && c.top_k <= c.num_experts, "top_k",
           "must lie in [1, num_experts = " + e + "], got " + std::to_string(c.top_k));
   require(c.local_num_experts >= 1, "local_num_experts", "must be > 0");
   require(c.local_expert_offset >= 0, "local_expert_offset", "must be >= 0");
-  require(c.local_expert_offset + c.local_num_experts <= c.num_experts, "local_num_experts",
+  // NOTE: written as a difference: the sum of two caller values may overflow.
+  require(c.local_expert_offset <= c.num_experts &&
+              c.local_num_experts <= c.num_experts - c.local_expert_offset,
+          "local_num_experts",
           "local_expert_offset + local_num_experts must be <= num_experts = " + e);
   require(c.tile >= 1, "tile_tokens_dim", "must be > 0");
+}
+
+void check_distinct_topk_ids(const int32_t* ids, int64_t num_tokens, int64_t top_k) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int32_t* row = ids + t * top_k;
+    for (int64_t i = 1; i < top_k; ++i) {
+      for (int64_t j = 0; j < i; ++j) {
+        core::require(row[i] != row[j], "topk_ids",
+                      "token " + std::to_string(t) + " selects expert " + std::to_string(row[i]) +
+                          " twice (routes " + std::to_string(j) + " and " + std::to_string(i) +
+                          "); spec §2.2 needs K distinct ids per token");
+      }
+    }
+  }
 }
 
 uint32_t logit_key_fp32(float value) {

@@ -24,9 +24,13 @@ struct RoutingConfig {
   bool poison_tail = false;            ///< poison_routing_tail: poison instead of benign tail
 };
 
-/// Throws InvalidArgument unless T >= 0, 1 <= K <= E <= 65535, E_loc > 0, off >= 0,
-/// off + E_loc <= E and tile > 0 (the reference relies on these to stay in bounds).
+/// Throws InvalidArgument unless 0 <= T <= kMaxNumTokens, 1 <= K <= E <= 65535, E_loc > 0,
+/// off >= 0, off + E_loc <= E and tile > 0 (the reference relies on these to stay in bounds).
 void check_routing_config(const RoutingConfig& config);
+
+/// Throws InvalidArgument("topk_ids") unless the K ids of every token are distinct (spec §2.2);
+/// `ids` is [T, K] row-major.
+void check_distinct_topk_ids(const int32_t* ids, int64_t num_tokens, int64_t top_k);
 
 /// Order-preserving 32-bit key of a logit (larger key = larger logit; spec §2.2 step 1).
 /// NOTE: a total order on bit patterns: -0 < +0, +NaN above +inf, -NaN below -inf.

@@ -6,11 +6,13 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/checked.h"
 #include "core/parallel.h"
 #include "formats/codecs.h"
 #include "formats/layouts.h"
 #include "formats/quantize.h"
 #include "reference/stepfun/unpack.h"
+#include "stepfun/families.h"
 
 namespace cakemoe {
 namespace reference {
@@ -147,6 +149,7 @@ double default_intermediate_scale(Family family, const std::vector<float>& step_
 
 WeightDims check_weight_inputs(const TensorView& w1, const TensorView& w2,
                                const WeightPrepOptions& o) {
+  ::cakemoe::stepfun::check_family(o.family);
   for (const auto& [t, name] : {std::make_pair(&w1, "w1"), std::make_pair(&w2, "w2")}) {
     core::check_defined(*t, name);
     core::check_dtype(*t, name, {DType::kBF16});
@@ -157,6 +160,11 @@ WeightDims check_weight_inputs(const TensorView& w1, const TensorView& w2,
   require(w1.shape[1] % 2 == 0, "w1", "must have 2*I rows ([up; gate]), got " + w1.describe());
   const int64_t inter = w1.shape[1] / 2;
   require(experts > 0, "w1", "needs at least one expert");
+  core::require_in_range(experts, 1, ::cakemoe::stepfun::kMaxNumExperts, "w1",
+                         "the expert count (dimension 0)");
+  core::require_in_range(hidden, 1, ::cakemoe::stepfun::kMaxHiddenSize, "w1", "the hidden size H");
+  core::require_in_range(inter, 0, ::cakemoe::stepfun::kMaxIntermediateSize, "w1",
+                         "the intermediate size I");
   require(hidden > 0 && hidden % 64 == 0, "w1",
           "hidden size H must be a positive multiple of 64, got " + w1.describe());
   require(inter > 0 && inter % 64 == 0, "w1",
@@ -173,7 +181,8 @@ WeightDims check_weight_inputs(const TensorView& w1, const TensorView& w2,
       o.local_num_experts < 0 ? experts - o.local_expert_offset : o.local_num_experts;
   require(o.local_num_experts == -1 || o.local_num_experts > 0, "local_num_experts",
           "must be -1 (all) or > 0");
-  require(o.local_expert_offset + dims.num_experts <= experts, "local_num_experts",
+  // NOTE: written as a difference: the sum of two caller values may overflow.
+  require(dims.num_experts <= experts - o.local_expert_offset, "local_num_experts",
           "local_expert_offset + local_num_experts must be <= " + std::to_string(experts));
   const size_t n = o.step_limits.size();
   require(n == 0 || n == 1 || n == static_cast<size_t>(dims.num_experts), "step_limits",

@@ -84,6 +84,7 @@ struct Case {
     t.cta_idx_xy_to_batch_idx = tables.cta_idx_xy_to_batch_idx.data();
     t.cta_idx_xy_to_mn_limit = tables.cta_idx_xy_to_mn_limit.data();
     t.num_non_exiting_ctas = tables.num_non_exiting_ctas;
+    t.cta_table_entries = static_cast<int64_t>(tables.cta_idx_xy_to_batch_idx.size());
     t.tile = dims.tile;
     return t;
   }

@@ -46,6 +46,8 @@ Chain bind_chain(const MoeArgs& dev, int64_t tokens, int64_t hidden, int64_t int
   const Family f = dev.family;
   const int64_t k = dev.top_k, e = dev.num_experts;
   const int64_t ctas = max_ctas(tokens, k, e, tile), rows = max_padded(tokens, k, e, tile);
+  // NOTE: spec §9.3: FC1 writes exactly max_padded rows of the local experts.
+  const int64_t fc1_rows = max_padded(tokens, k, dev.local_num_experts, tile);
   const SfLayout layout = tile <= 64 ? SfLayout::kR8C4 : SfLayout::kR128C4;
   Chain c;
   RoutingArgs& r = c.r;
@@ -89,17 +91,17 @@ Chain bind_chain(const MoeArgs& dev, int64_t tokens, int64_t hidden, int64_t int
   f1.top_k = k;
   f1.tile_tokens_dim = tile;
   if (f == Family::kNVFP4) {
-    f1.gemm1_output = pool.filled({rows, inter / 2}, DType::kE2M1x2, kPoison);
+    f1.gemm1_output = pool.filled({fc1_rows, inter / 2}, DType::kE2M1x2, kPoison);
     f1.gemm1_output_scale =
-        pool.filled({act_scale_bytes(f, layout, rows, inter)}, DType::kE4M3, kPoison);
+        pool.filled({act_scale_bytes(f, layout, fc1_rows, inter)}, DType::kE4M3, kPoison);
   } else if (f == Family::kFP8 || f == Family::kMXFP8) {
-    f1.gemm1_output = pool.filled({rows, inter}, DType::kE4M3, kPoison);
+    f1.gemm1_output = pool.filled({fc1_rows, inter}, DType::kE4M3, kPoison);
     if (f == Family::kMXFP8) {
       f1.gemm1_output_scale =
-          pool.filled({act_scale_bytes(f, layout, rows, inter)}, DType::kUE8M0, kPoison);
+          pool.filled({act_scale_bytes(f, layout, fc1_rows, inter)}, DType::kUE8M0, kPoison);
     }
   } else {
-    f1.gemm1_output = pool.filled({rows, inter}, DType::kBF16, kPoison);
+    f1.gemm1_output = pool.filled({fc1_rows, inter}, DType::kBF16, kPoison);
   }
 
   Fc2Args& f2 = c.f2;
@@ -110,9 +112,10 @@ Chain bind_chain(const MoeArgs& dev, int64_t tokens, int64_t hidden, int64_t int
     RequantArgs& q = c.q;
     q.gemm1_output = f1.gemm1_output;
     q.expanded_idx_to_permuted_idx = r.expanded_idx_to_permuted_idx;
-    q.output = pool.filled({rows, inter / 2}, DType::kE2M1x2, kPoison);
-    q.output_scale = pool.filled({act_scale_bytes(f, layout, rows, inter)}, DType::kE4M3, kPoison);
-    q.per_token_scale = pool.filled({rows}, DType::kFP32, kPoison);
+    q.output = pool.filled({fc1_rows, inter / 2}, DType::kE2M1x2, kPoison);
+    q.output_scale =
+        pool.filled({act_scale_bytes(f, layout, fc1_rows, inter)}, DType::kE4M3, kPoison);
+    q.per_token_scale = pool.filled({fc1_rows}, DType::kFP32, kPoison);
     q.sf_layout = layout;
     f2.gemm2_input = q.output;
     f2.gemm2_input_scale = q.output_scale;

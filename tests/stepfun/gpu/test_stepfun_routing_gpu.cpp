@@ -65,8 +65,16 @@ Buffers make_host(const Case& c) {
   const int64_t n = c.T * c.K;
   if (c.input == Input::kIds) {
     b.input = Tensor::empty({c.T, c.K}, DType::kInt32);
-    // Duplicates, ids outside [off, off + E_loc) and outside [0, E) (all non-local).
-    for (int64_t i = 0; i < n; ++i) b.input.ptr<int32_t>()[i] = int32_t(rng.integer(-3, c.E + 3));
+    // K distinct ids per token (spec §2.2; the CPU engine rejects repeats), among them ids
+    // outside [off, off + E_loc) and outside [0, E) (all non-local).
+    for (int64_t t = 0; t < c.T; ++t) {
+      int32_t* row = b.input.ptr<int32_t>() + t * c.K;
+      for (int64_t k = 0; k < c.K; ++k) {
+        do {
+          row[k] = int32_t(rng.integer(-3, c.E + 3));
+        } while (std::find(row, row + k, row[k]) != row + k);
+      }
+    }
     b.weights = Tensor::empty({c.T, c.K}, c.ids_weights_fp32 ? DType::kFP32 : DType::kBF16);
     for (int64_t i = 0; i < n; ++i) {
       const float w = rng.uniform(0.0f, 1.0f);
