@@ -126,8 +126,9 @@ trap 'rm -rf "$tmp"' EXIT
 build_note="reused (--no-build)"
 if ((do_build)); then
   t0=$SECONDS
+  build_secs=$((budget > 120 ? budget - 60 : 60))
   if cakemoe_configure "$build" all -DCAKEMOE_BUILD_TESTS=ON >"$out/build.log" 2>&1 &&
-     timeout $((budget - 60)) cmake --build "$build" -j "$jobs" --target test_gpu \
+     timeout "$build_secs" cmake --build "$build" -j "$jobs" --target test_gpu \
        >>"$out/build.log" 2>&1; then
     build_note="ok ($((SECONDS - t0)) s)"
   else
@@ -152,7 +153,8 @@ if ((list_only)); then
     union+="${union:+:}${filters[$g]}"
   done
   echo "StepFun / BGMV tests in no group:"
-  "$gpu_tests" --gtest_list_tests --gtest_filter="$suite_filter-$union" | grep -v '^  ' |
+  "$gpu_tests" --gtest_list_tests --gtest_filter="$suite_filter-$union" |
+    grep -v -e '^  ' -e '^Running main' |
     sed 's/^/  suite /' || true
   exit 0
 fi
@@ -220,6 +222,8 @@ for tool in "${tools[@]}"; do
     elif ((run == 0)); then
       status=empty
       verdict="no test matched the filter ${verdict}"
+    elif ((skipped == run)); then
+      status=allskip  # e.g. no device visible: nothing was checked
     else
       status=ok
     fi
