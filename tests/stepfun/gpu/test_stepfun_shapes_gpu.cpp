@@ -38,11 +38,11 @@ void run_and_check(const ref::LayerData& d, MoeArgs args, const std::optional<Pl
   EXPECT_TRUE(check.pass) << label.str() << ": " << check.summary();
 }
 
-class StepFun35SmallE288 : public ::testing::TestWithParam<Family> {};
+class StepFun35ShapeE288 : public ::testing::TestWithParam<Family> {};
 
 // Step-3.5-Flash routing with H 256 and I 320 (the TP4 slice of I 1280: an FC2 K remainder), T 16:
 // 128 routes over 288 experts, most of them empty.
-TEST_P(StepFun35SmallE288, PrecomputedRoutingWithinToleranceOfOracle) {
+TEST_P(StepFun35ShapeE288, PrecomputedRoutingWithinToleranceOfOracle) {
   CAKEMOE_REQUIRE_GPU();
   ref::LayerCase c;
   c.family = GetParam();
@@ -60,7 +60,7 @@ TEST_P(StepFun35SmallE288, PrecomputedRoutingWithinToleranceOfOracle) {
   run_and_check(d, gt::device_args(ref::layer_args(d), pool), std::nullopt, pool);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFamilies, StepFun35SmallE288, ::testing::ValuesIn(kAllFamilies),
+INSTANTIATE_TEST_SUITE_P(AllFamilies, StepFun35ShapeE288, ::testing::ValuesIn(kAllFamilies),
                          [](const auto& info) { return std::string(family_name(info.param)); });
 
 class StepFunLargeTilesT2048 : public ::testing::TestWithParam<Family> {};
