@@ -107,5 +107,15 @@ HostTables cpu_routing(const stepfun::MoeArgs& host, int64_t tile) {
   return h;
 }
 
+std::vector<Tensor> host_outputs(const stepfun::StepFunMoeLaunch& launch) {
+  std::vector<Tensor> out;
+  for (const TensorView& v : launch.outputs()) out.push_back(to_host(v));
+  return out;
+}
+
+void poison_outputs(const stepfun::StepFunMoeLaunch& launch, cudaStream_t stream) {
+  for (const TensorView& v : launch.outputs()) core::fill_bytes(v, 0xFF, stream);
+}
+
 }  // namespace gpu_testbed
 }  // namespace cakemoe

@@ -40,6 +40,10 @@ struct HostTables {
 };
 HostTables cpu_routing(const stepfun::MoeArgs& host, int64_t tile);
 
+/// Host copies of a prepared layer's outputs (wait for the stream it ran on first).
+std::vector<Tensor> host_outputs(const stepfun::StepFunMoeLaunch& launch);
+/// Sets every byte of every output of `launch` to 0xFF (NaN poison) on `stream`.
+void poison_outputs(const stepfun::StepFunMoeLaunch& launch, cudaStream_t stream);
 
 }  // namespace gpu_testbed
 }  // namespace cakemoe

@@ -57,16 +57,6 @@ std::string capture(cudaStream_t stream, const std::function<void(cudaStream_t)>
     ASSERT_EQ(status_, cudaSuccess) << #call << ": " << cudaGetErrorString(status_); \
   } while (0)
 
-std::vector<Tensor> host_outputs(const StepFunMoeLaunch& launch) {
-  std::vector<Tensor> out;
-  for (const TensorView& v : launch.outputs()) out.push_back(gt::to_host(v));
-  return out;
-}
-
-void poison_outputs(const StepFunMoeLaunch& launch, cudaStream_t stream) {
-  for (const TensorView& v : launch.outputs()) core::fill_bytes(v, 0xFF, stream);
-}
-
 ref::LayerCase graph_case(Family f, int64_t tokens) {
   ref::LayerCase c;
   c.family = f;
@@ -94,10 +84,10 @@ TEST_P(StepFunGraphSmall, CapturedReplayEqualsEagerBitwise) {
       args.do_finalize = do_finalize;
       const StepFunMoeLaunch launch = prepare_stepfun_moe(args);
 
-      poison_outputs(launch, stream);
+      gt::poison_outputs(launch, stream);
       launch.launch(stream);
       core::cuda_stream_sync(stream);
-      const std::vector<Tensor> eager = host_outputs(launch);
+      const std::vector<Tensor> eager = gt::host_outputs(launch);
 
       cudaGraph_t graph = nullptr;
       const std::string why = capture(stream, [&](cudaStream_t s) { launch.launch(s); }, &graph);
@@ -105,10 +95,10 @@ TEST_P(StepFunGraphSmall, CapturedReplayEqualsEagerBitwise) {
       cudaGraphExec_t exec = nullptr;
       CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
       for (int replay = 0; replay < 3; ++replay) {
-        poison_outputs(launch, stream);
+        gt::poison_outputs(launch, stream);
         CUDA_OK(cudaGraphLaunch(exec, stream));
         core::cuda_stream_sync(stream);
-        const std::vector<Tensor> replayed = host_outputs(launch);
+        const std::vector<Tensor> replayed = gt::host_outputs(launch);
         ASSERT_EQ(replayed.size(), eager.size());
         // gemm2_output (do_finalize=false) has padding rows no stage writes: compare the rows the
         // tables point at; every other output is fully defined.

@@ -10,7 +10,21 @@
 namespace cakemoe {
 namespace gpu_testbed {
 
+namespace {
+
+/// CAKEMOE_GPU_HANG_SCALE, or 1 when unset or not a positive number.
+double hang_scale() {
+  const char* v = std::getenv("CAKEMOE_GPU_HANG_SCALE");
+  if (v == nullptr) return 1.0;
+  char* end = nullptr;
+  const double scale = std::strtod(v, &end);
+  return end != v && scale > 0.0 ? scale : 1.0;
+}
+
+}  // namespace
+
 void sync_or_exit(cudaStream_t stream, const std::string& what, double seconds) {
+  seconds *= hang_scale();
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     const cudaError_t status = cudaStreamQuery(stream);

@@ -26,6 +26,8 @@ namespace gpu_testbed {
 /// Waits for `stream` like cudaStreamSynchronize, but a kernel that is still running after
 /// `seconds` is reported as hung (stderr names `what`) and the process exits with status 3: a hung
 /// kernel cannot be recovered from, and a test run must not wait on it until its own time limit.
+/// CAKEMOE_GPU_HANG_SCALE (a positive number, default 1) multiplies `seconds`: compute-sanitizer
+/// slows kernels 10-100x (scripts/gpu-sanitize.sh sets it).
 void sync_or_exit(cudaStream_t stream, const std::string& what, double seconds = 30.0);
 
 /// Synchronous copies between the host and device 0.
