@@ -5,6 +5,7 @@
 // stage. One stage holds 128 bytes of K per row (bf16: 64 elements, e4m3: 128).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
