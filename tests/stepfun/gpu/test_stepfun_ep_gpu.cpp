@@ -19,6 +19,7 @@
 #include "reference/stepfun/harness.h"
 #include "stepfun/ep_world_sim.h"
 #include "stepfun/families.h"
+#include "stepfun/gpu/stepfun_gpu_case.h"
 #include "testbed/gpu/gpu_testbed.h"
 
 #if defined(CAKEMOE_WITH_NCCL)
