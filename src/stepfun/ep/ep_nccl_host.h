@@ -64,8 +64,8 @@ class NcclEpLaunch final : public EpLaunch::Impl {
   void* scatter_dst = nullptr;  ///< all-gather: reduce-scatter destination
   bool copy_out = false;        ///< all-gather: scatter_dst is staging, copy T rows to output
 
-  /// A zero-filled device buffer owned by the launch (`fill`: the byte value).
-  Tensor& alloc(const std::vector<int64_t>& shape, DType dtype, int device, int fill = 0);
+  /// A device buffer owned by the launch, every byte `fill` (a handle sharing its storage).
+  Tensor alloc(const std::vector<int64_t>& shape, DType dtype, int device, int fill = 0);
 
   void launch_dispatch(Stream stream) const override;
   void launch_layer(Stream stream) const override;

@@ -21,7 +21,7 @@ void nccl_check(ncclResult_t status, const char* call, const char* file, int lin
   }
 }
 
-Tensor& NcclEpLaunch::alloc(const std::vector<int64_t>& shape, DType dtype, int device, int fill) {
+Tensor NcclEpLaunch::alloc(const std::vector<int64_t>& shape, DType dtype, int device, int fill) {
   buffers.push_back(Tensor::empty(shape, dtype, Device::cuda(device)));
   CAKEMOE_CUDA_CHECK(cudaMemset(buffers.back().data(), fill, buffers.back().nbytes()));
   return buffers.back();

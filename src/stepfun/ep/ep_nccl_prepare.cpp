@@ -51,7 +51,7 @@ class OwnedStream {
 
 template <typename T>
 Tensor device_copy(NcclEpLaunch* impl, const std::vector<T>& host, DType dtype, int device) {
-  Tensor& t = impl->alloc({static_cast<int64_t>(host.size())}, dtype, device);
+  const Tensor t = impl->alloc({static_cast<int64_t>(host.size())}, dtype, device);
   CAKEMOE_CUDA_CHECK(cudaMemcpy(t.data(), host.data(), t.nbytes(), cudaMemcpyHostToDevice));
   return t;
 }
@@ -82,7 +82,7 @@ void bind_own_router(const MoeArgs& a, int device, NcclEpLaunch* impl, TensorVie
   r.enable_pdl = a.enable_pdl;
   impl->router = prepare_routing(r);
   impl->route_own_tokens = true;
-  const Tensor& unpacked = impl->alloc({t, k}, DType::kInt32, device);
+  const Tensor unpacked = impl->alloc({t, k}, DType::kInt32, device);
   impl->unpack.topk_packed = r.topk_packed.ptr<int32_t>();
   impl->unpack.topk_ids = unpacked.ptr<int32_t>();
   impl->unpack.count = t * k;
@@ -91,7 +91,7 @@ void bind_own_router(const MoeArgs& a, int device, NcclEpLaunch* impl, TensorVie
 }
 
 /// A [rows, ...] buffer shaped like the per-token tensor `like` (dtype and trailing dims).
-Tensor& rows_like(NcclEpLaunch* impl, const TensorView& like, int64_t rows, int device, int fill) {
+Tensor rows_like(NcclEpLaunch* impl, const TensorView& like, int64_t rows, int device, int fill) {
   std::vector<int64_t> shape = like.sizes();
   shape[0] = rows;  // NOTE: a 1-D per_token_scale may be longer than T; it gets `rows` entries
   return impl->alloc(shape, like.dtype, device, fill);
@@ -160,11 +160,11 @@ std::shared_ptr<NcclEpLaunch> build(const EpArgs& args, const RankInfo& info, in
   impl->output = a.output.defined() ? a.output : impl->alloc({t, h}, DType::kBF16, device).view();
 
   if (all_to_all) {
-    const Tensor& owner = device_copy(impl.get(), partition.owner_table(), DType::kInt32, device);
-    const Tensor& counts_out = impl->alloc({world}, DType::kInt32, device);
-    const Tensor& counts_in = impl->alloc({world}, DType::kInt32, device);
-    const Tensor& slot_of = impl->alloc({t, world}, DType::kInt32, device);
-    const Tensor& token_of_row = impl->alloc({world, rows}, DType::kInt32, device);
+    const Tensor owner = device_copy(impl.get(), partition.owner_table(), DType::kInt32, device);
+    const Tensor counts_out = impl->alloc({world}, DType::kInt32, device);
+    const Tensor counts_in = impl->alloc({world}, DType::kInt32, device);
+    const Tensor slot_of = impl->alloc({t, world}, DType::kInt32, device);
+    const Tensor token_of_row = impl->alloc({world, rows}, DType::kInt32, device);
     RouteParams& r = impl->route;
     r.topk_ids = own[kTopkIds].ptr<int32_t>();
     r.owner_of_expert = owner.ptr<int32_t>();
