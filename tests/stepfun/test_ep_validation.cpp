@@ -121,6 +121,14 @@ TEST(EpValidate, RejectsBadArgumentsNamingThem) {
             with([](EpArgs& a) { a.layer.per_token_scale = meta(DType::kFP32, {kT - 1}); }), 0);
       },
       "per_token_scale");
+  expect_error(
+      [&] {
+        validate_rank(with([](EpArgs& a) {
+                        a.layer.per_token_scale = meta(DType::kFP32, {kT, 1});
+                      }),
+                      0);
+      },
+      "per_token_scale");
 }
 
 TEST(EpValidate, RanksMustAgree) {

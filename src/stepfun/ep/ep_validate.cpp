@@ -103,6 +103,7 @@ RankInfo validate_rank(const EpArgs& args, int device_index) {
   }
   if (a.per_token_scale.defined()) {
     core::check_operand(a.per_token_scale, "per_token_scale", {DType::kFP32}, device);
+    core::check_ndim(a.per_token_scale, "per_token_scale", 1);
     core::check_min_numel(a.per_token_scale, "per_token_scale", t);
     info.fields.row_bytes[kPerTokenScale] = 4;
   }

@@ -49,13 +49,13 @@ struct Comms {
   }
 };
 
-ref::LayerCase ep_case(Family f, int64_t tokens, bool precomputed) {
+ref::LayerCase ep_case(Family f, int64_t tokens, bool precomputed, int64_t experts = 16) {
   ref::LayerCase c;
   c.family = f;
   c.num_tokens = tokens;
   c.hidden = 512;
   c.intermediate = 256;
-  c.num_experts = 16;
+  c.num_experts = experts;
   c.top_k = 4;
   c.precomputed = precomputed;
   c.regime = ref::RoutingRegime::kRandperm;
@@ -273,10 +273,12 @@ TEST_P(EpMultiRank, RemoteOnlyTokensAndRanksThatReceiveNothing) {
     tokens[0] = 1;
     int64_t total = 0;
     for (int64_t t : tokens) total += t;
-    ref::LayerData data = ref::make_layer(ep_case(Family::kNVFP4, total, true));
+    // Four experts per rank, so the last rank alone can hold K = 4 distinct experts per token.
+    const int64_t experts = 4 * world;
+    ref::LayerData data = ref::make_layer(ep_case(Family::kNVFP4, total, true, experts));
     // Every token routes to the last rank's experts only: ranks 0..world-2 receive nothing and
     // their own tokens are all remote.
-    const ExpertPartition partition = even_partition(16, world);
+    const ExpertPartition partition = even_partition(experts, world);
     const int64_t off = partition.offsets[world - 1];
     const int64_t n = partition.offsets[world] - off;
     int32_t* ids = data.topk_ids.ptr<int32_t>();
