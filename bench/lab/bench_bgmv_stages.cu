@@ -23,6 +23,7 @@
 #include "bgmv/grouped_pipeline.cuh"
 #include "bgmv/plan_impl.h"
 #include "core/kernel_registry.h"
+#include "ptx/sync.cuh"
 
 namespace cakemoe {
 namespace {
@@ -30,8 +31,8 @@ namespace {
 __global__ void null_kernel() {}
 // The per-route plans' launch pattern with nothing in it: the first grid triggers its dependent
 // at entry, the second is launched as a programmatic dependent and waits.
-__global__ void null_trigger_kernel() { bgmv::dev::pdl_trigger(); }
-__global__ void null_wait_kernel() { bgmv::dev::pdl_wait(); }
+__global__ void null_trigger_kernel() { ptx::griddep_launch_dependents(); }
+__global__ void null_wait_kernel() { ptx::griddep_wait(); }
 
 /// An instantiated graph, destroyed with its owner.
 class GraphExec {

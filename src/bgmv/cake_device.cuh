@@ -1,6 +1,6 @@
 // Device helpers shared by the BGMV kernels: 16-bit widening / narrowing bitwise equal to the host
-// reference, cp.async with zero fill, PDL controls (and the host launch that sets them up), and
-// the fixed XOR butterflies of spec §3.2.
+// reference, the host launch that sets up PDL (the device side is ptx/sync.cuh's griddep_*), and
+// the fixed XOR butterflies of spec §3.2. Instruction wrappers live in src/ptx/.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -51,94 +51,10 @@ CAKEMOE_DEVICE void unpack8(const uint4& v, float* out) {
   }
 }
 
-// ---- cp.async -----------------------------------------------------------------------------------
-
-/// 16-byte global -> shared copy; `valid` false fills the 16 bytes with zeros (src not read).
-CAKEMOE_DEVICE void cp_async16(void* smem, const void* gmem, bool valid) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int src_size = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(src_size)
-               : "memory");
-}
-
-CAKEMOE_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-/// Waits until at most `kPending` committed groups of this thread are still in flight.
-template <int kPending>
-CAKEMOE_DEVICE void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// ---- L2 eviction priorities ---------------------------------------------------------------------
-
-/// Policies for the .L2::cache_hint forms below. evict_first: bytes read once (streamed weights),
-/// so they do not push out what is read again; evict_last: bytes read again by the next stage
-/// (the grouped partials); evict_normal: what a plain access gets (the hints switched off).
-CAKEMOE_DEVICE uint64_t l2_evict_first() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-CAKEMOE_DEVICE uint64_t l2_evict_last() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-CAKEMOE_DEVICE uint64_t l2_evict_normal() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-
-/// cp_async16 (always valid) with an L2 policy.
-CAKEMOE_DEVICE void cp_async16_hint(void* smem, const void* gmem, uint64_t policy) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(gmem), "l"(policy)
-               : "memory");
-}
-
-CAKEMOE_DEVICE void st_global_hint(float* gmem, float value, uint64_t policy) {
-  asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;\n" ::"l"(gmem), "f"(value),
-               "l"(policy)
-               : "memory");
-}
-
-CAKEMOE_DEVICE float4 ld_global_hint(const float4* gmem, uint64_t policy) {
-  float4 v;
-  asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "l"(gmem), "l"(policy)
-               : "memory");
-  return v;
-}
-
-/// Drops the 128-byte L2 line at `gmem` (128-byte aligned) without writing it back: its bytes
-/// become indeterminate. For scratch that no one reads again before rewriting it.
-CAKEMOE_DEVICE void discard_l2_line(const void* gmem) {
-  asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(gmem) : "memory");
-}
-
 // ---- Programmatic dependent launch (spec §4.4) --------------------------------------------------
 
-/// Lets the dependent grid (the expand) start launching. No-op without a dependent.
-CAKEMOE_DEVICE void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-/// Waits until the prerequisite grid has completed and its memory is visible. No-op when this
-/// grid was not launched as a programmatic dependent.
-CAKEMOE_DEVICE void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
 /// Host: launches `kernel(args...)` on `stream`, as a programmatic dependent of the kernel before
-/// it on the stream when `dependent` (its pdl_wait() then waits for that kernel). A failed
+/// it on the stream when `dependent` (its ptx::griddep_wait() then waits for that kernel). A failed
 /// launch's error is cleared before the throw, so a later cudaGetLastError does not report it
 /// again.
 template <typename... Params, typename... Args>

@@ -11,6 +11,8 @@
 #include "bgmv/cake_device.cuh"
 #include "bgmv/cake_launch.h"
 #include "bgmv/route_index.cuh"
+#include "ptx/cache_hints.cuh"
+#include "ptx/sync.cuh"
 
 namespace cakemoe {
 namespace bgmv {
@@ -254,7 +256,7 @@ CAKEMOE_DEVICE void prefetch_b_l2(const uint16_t* lora_b, const ExpandShared& sh
     const uint16_t* b = lora_b + sh.b_offset[j] + 8 * ln.g;
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
-      if (ln.in(i)) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(b + ln.col(i) * kRank));
+      if (ln.in(i)) ptx::prefetch_global_l2(b + ln.col(i) * kRank);
     }
   }
 }
@@ -331,7 +333,7 @@ CAKEMOE_DEVICE void prefetch_contiguous_b(const CakeParams& p, int64_t t, int64_
     const uint16_t* b = lora_b + (l * p.E + p.expert_ids[pair]) * p.H * kRank + 8 * ln.g;
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
-      if (ln.in(i)) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(b + ln.col(i) * kRank));
+      if (ln.in(i)) ptx::prefetch_global_l2(b + ln.col(i) * kRank);
     }
   }
 }
@@ -390,7 +392,7 @@ __global__ void __launch_bounds__(Shape::kThreads,
       at1 = p.sorted_token_ids[2 * t + 1] == t;
     }
   }
-  pdl_wait();
+  ptx::griddep_wait();
 
   // Route index words (§3.3): read by every CTA, used by the epilogue of column block 0.
   const RouteIndex ri{p.route_index, p.T};

@@ -5,6 +5,8 @@
 #include <cstdint>
 
 #include "bgmv/grouped_index.cuh"
+#include "ptx/cache_hints.cuh"
+#include "ptx/sync.cuh"
 
 namespace cakemoe {
 namespace bgmv {
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
       weight[rank] = p.topk_weights[mine];
     }
     __syncthreads();
-    dev::pdl_wait();
+    ptx::griddep_wait();
     // The partials are dead after this read: evict-first, and with discard_partials each line
     // is dropped from L2 once the warp has read it (no write-back to HBM).
     const uint64_t read_policy = read_once_policy();
@@ -70,8 +72,8 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
         for (int s = 0; s < kSteps; ++s) {
           const int c = c0 + s * kStep;
           if (c < h) {
-            const float4 v =
-                dev::ld_global_hint(reinterpret_cast<const float4*>(src + c), read_policy);
+            const float4 v = ptx::ld_global_l2_hint_v4_f32(reinterpret_cast<const float4*>(src + c),
+                                                           read_policy);
             acc[s][0] = fmaf(v.x, wj, acc[s][0]);
             acc[s][1] = fmaf(v.y, wj, acc[s][1]);
             acc[s][2] = fmaf(v.z, wj, acc[s][2]);
@@ -93,7 +95,7 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
 #pragma unroll
             for (int s = 0; s < kSteps; ++s) {
               const int c = c0 + s * kStep;
-              if (c < h) dev::discard_l2_line(p.partials + list[j] * h + c);
+              if (c < h) ptx::discard_global_l2_128(p.partials + list[j] * h + c);
             }
           }
         }
@@ -101,7 +103,7 @@ __global__ void __launch_bounds__(kGroupCombineThreads) group_combine_kernel(Gro
     }
     return;
   }
-  dev::pdl_wait();
+  ptx::griddep_wait();
   // More than 16 routes: exact scan of all pairs, compacted in ascending order per chunk of 256,
   // once per column step.
   const int lane = tid & 31, warp = tid >> 5;

@@ -6,6 +6,9 @@
 #include <cstdint>
 
 #include "bgmv/grouped_index.cuh"
+#include "ptx/cache_hints.cuh"
+#include "ptx/cp_async.cuh"
+#include "ptx/sync.cuh"
 
 namespace cakemoe {
 namespace bgmv {
@@ -57,8 +60,8 @@ CAKEMOE_DEVICE void expand_two_columns(const GroupedParams& p, const uint4* stag
     float out[2];
     route_partials<kRank, 2>(rows[i], b, out);
     float* dst = p.partials + static_cast<int64_t>(pairs[i]) * p.hidden + c;
-    dev::st_global_hint(dst, out[0], policy);
-    if (second) dev::st_global_hint(dst + col1_offset, out[1], policy);
+    ptx::st_global_l2_hint_f32(dst, out[0], policy);
+    if (second) ptx::st_global_l2_hint_f32(dst + col1_offset, out[1], policy);
   };
   for (int i = 0; i < n; ++i) route(i);
 }
@@ -103,8 +106,8 @@ __global__ void __launch_bounds__(kGroupExpandThreads, 8) grouped_expand_kernel(
   if (tile0 >= ntiles) {
     // NOTE: still waits, so this grid completes only after the shrink (the combine's
     // reasoning about what precedes its launch needs every expand CTA past its wait).
-    dev::pdl_wait();
-    dev::pdl_trigger();
+    ptx::griddep_wait();
+    ptx::griddep_launch_dependents();
     return;
   }
 #pragma unroll
@@ -122,18 +125,18 @@ __global__ void __launch_bounds__(kGroupExpandThreads, 8) grouped_expand_kernel(
         reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.lora_b) +
                                        (static_cast<int64_t>(info[j].z) * p.hidden + col0) * kRank);
     for (int q = tid; q < cols * kGroups; q += kThreads) {
-      dev::cp_async16_hint(
+      ptx::cp_async_16_l2_hint(
           bstage + j * kTileVectors + grouped_expand_slot<kGroups>(q / kGroups, q % kGroups),
           block + q, b_policy);
     }
   }
-  dev::cp_async_commit();
+  ptx::cp_async_commit();
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     if (tid < info[j].y) spair[j][tid] = route_pair(p, __ldcg(w.sorted_routes + info[j].x + tid));
   }
-  dev::pdl_wait();
-  dev::pdl_trigger();
+  ptx::griddep_wait();
+  ptx::griddep_launch_dependents();
   // One trip: the shrink wrote each tile's rows contiguously (tile_rows, sorted-route order).
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
@@ -143,7 +146,7 @@ __global__ void __launch_bounds__(kGroupExpandThreads, 8) grouped_expand_kernel(
       srow[j][idx / kRank][idx % kRank] = widen<kBf16>(rows[idx]);
     }
   }
-  dev::cp_async_wait<0>();
+  ptx::cp_async_wait<0>();
   __syncthreads();
   if (tid >= cols) return;
   const int64_t c = col0 + tid;

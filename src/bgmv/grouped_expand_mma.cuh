@@ -9,6 +9,9 @@
 #include <cstdint>
 
 #include "bgmv/grouped_index.cuh"
+#include "ptx/cache_hints.cuh"
+#include "ptx/mma_sync.cuh"
+#include "ptx/sync.cuh"
 
 namespace cakemoe {
 namespace bgmv {
@@ -25,17 +28,9 @@ template <bool kBf16>
 CAKEMOE_DEVICE void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                               uint32_t b0, uint32_t b1) {
   if constexpr (kBf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    ptx::mma_sync_m16n8k16_f32_bf16(d, a0, a1, a2, a3, b0, b1);
   } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    ptx::mma_sync_m16n8k16_f32_f16(d, a0, a1, a2, a3, b0, b1);
   }
 }
 
@@ -50,9 +45,7 @@ CAKEMOE_DEVICE void load_chunk(const uint16_t* row, int tig, uint32_t (&w)[kRank
   if constexpr (kRank == 16) {
     uint2 v;
     if (hinted) {
-      asm volatile("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\n"
-                   : "=r"(v.x), "=r"(v.y)
-                   : "l"(at), "l"(policy));
+      v = ptx::ld_global_nc_l2_hint_v2_u32(at, policy);
     } else {
       v = __ldcg(reinterpret_cast<const uint2*>(at));
     }
@@ -63,9 +56,7 @@ CAKEMOE_DEVICE void load_chunk(const uint16_t* row, int tig, uint32_t (&w)[kRank
     for (int q = 0; q < kRank / 32; ++q) {
       uint4 v;
       if (hinted) {
-        asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(at + 8 * q), "l"(policy));
+        v = ptx::ld_global_nc_l2_hint_v4_u32(at + 8 * q, policy);
       } else {
         v = __ldcg(reinterpret_cast<const uint4*>(at) + q);
       }
@@ -75,12 +66,6 @@ CAKEMOE_DEVICE void load_chunk(const uint16_t* row, int tig, uint32_t (&w)[kRank
       w[4 * q + 3] = v.w;
     }
   }
-}
-
-CAKEMOE_DEVICE void st_global_hint2(float* gmem, float a, float b, uint64_t policy) {
-  asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(gmem), "f"(a), "f"(b),
-               "l"(policy)
-               : "memory");
 }
 
 }  // namespace mma_detail
@@ -99,8 +84,8 @@ __global__ void __launch_bounds__(kMmaExpandWarps * 32) grouped_expand_mma_kerne
   const int tile = static_cast<int>(blockIdx.x);
   const int ntiles = __ldcg(w.header);
   if (tile >= ntiles) {
-    dev::pdl_wait();  // NOTE: as grouped_expand_kernel: the grid completes after the shrink
-    dev::pdl_trigger();
+    ptx::griddep_wait();  // NOTE: as grouped_expand_kernel: the grid completes after the shrink
+    ptx::griddep_launch_dependents();
     return;
   }
   const int4 info = __ldcg(w.tile_info + tile);
@@ -125,8 +110,8 @@ __global__ void __launch_bounds__(kMmaExpandWarps * 32) grouped_expand_mma_kerne
   const int n = info.y;
   const int pair_lo = g < n ? route_pair(p, __ldcg(w.sorted_routes + info.x + g)) : -1;
   const int pair_hi = g + 8 < n ? route_pair(p, __ldcg(w.sorted_routes + info.x + g + 8)) : -1;
-  dev::pdl_wait();
-  dev::pdl_trigger();
+  ptx::griddep_wait();
+  ptx::griddep_launch_dependents();
   uint32_t a_lo[kWords] = {}, a_hi[kWords] = {};  // rows past the tile's routes stay zero
   const uint16_t* rows = w.tile_rows + static_cast<int64_t>(info.x) * kRank;
   if (pair_lo >= 0) mma_detail::load_chunk<kRank>(rows + g * kRank, tig, a_lo, 0, false);
@@ -144,8 +129,8 @@ __global__ void __launch_bounds__(kMmaExpandWarps * 32) grouped_expand_mma_kerne
                                    b[f][2 * s], b[f][2 * s + 1]);
     }
     const int64_t c = colw + 8 * f + 2 * tig;
-    if (out_lo != nullptr) mma_detail::st_global_hint2(out_lo + c, d[0], d[1], partial_policy);
-    if (out_hi != nullptr) mma_detail::st_global_hint2(out_hi + c, d[2], d[3], partial_policy);
+    if (out_lo != nullptr) ptx::st_global_l2_hint_v2_f32(out_lo + c, d[0], d[1], partial_policy);
+    if (out_hi != nullptr) ptx::st_global_l2_hint_v2_f32(out_hi + c, d[2], d[3], partial_policy);
   }
 }
 

@@ -8,6 +8,8 @@
 #include "bgmv/cake_device.cuh"
 #include "bgmv/grouped_common.cuh"
 #include "bgmv/grouped_launch.h"
+#include "ptx/cache_hints.cuh"
+#include "ptx/sync.cuh"
 
 namespace cakemoe {
 namespace bgmv {
@@ -48,8 +50,8 @@ CAKEMOE_HD GroupedWs grouped_ws(const GroupedParams& p) {
 
 /// L2 policies of the grouped stages: bytes read once (A, B, the partials in the combine) are
 /// evicted first, bytes the next stage reads again (the partials the expand writes) last.
-CAKEMOE_DEVICE uint64_t read_once_policy() { return dev::l2_evict_first(); }
-CAKEMOE_DEVICE uint64_t read_again_policy() { return dev::l2_evict_last(); }
+CAKEMOE_DEVICE uint64_t read_once_policy() { return ptx::createpolicy_evict_first(); }
+CAKEMOE_DEVICE uint64_t read_again_policy() { return ptx::createpolicy_evict_last(); }
 
 /// A sorted_routes entry (GroupedParams::packed_routes) and its two fields.
 CAKEMOE_DEVICE int route_entry(const GroupedParams& p, int pair, int token) {
@@ -80,7 +82,7 @@ __global__ void __launch_bounds__(kGroupHistThreads) group_hist_kernel(GroupedPa
   extern __shared__ int counts[];
   const int bins = p.num_loras * p.num_experts;
   const GroupedWs w = grouped_ws(p);
-  dev::pdl_trigger();
+  ptx::griddep_launch_dependents();
   for (int b = threadIdx.x; b < bins; b += blockDim.x) counts[b] = 0;
   for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < p.num_tokens;
        t += gridDim.x * blockDim.x) {
@@ -104,8 +106,8 @@ __global__ void __launch_bounds__(1024) group_scan_kernel(GroupedParams p) {
   __shared__ int warp_sums[32];
   const int bins = p.num_loras * p.num_experts;
   const GroupedWs w = grouped_ws(p);
-  dev::pdl_wait();
-  dev::pdl_trigger();
+  ptx::griddep_wait();
+  ptx::griddep_launch_dependents();
   // Per bin: CTA-relative bases and the bin total (written into bin_offset, scanned below).
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     int total = 0;
@@ -143,8 +145,8 @@ __global__ void __launch_bounds__(kGroupHistThreads) group_scatter_kernel(Groupe
   extern __shared__ int cursor[];
   const int bins = p.num_loras * p.num_experts;
   const GroupedWs w = grouped_ws(p);
-  dev::pdl_wait();
-  dev::pdl_trigger();
+  ptx::griddep_wait();
+  ptx::griddep_launch_dependents();
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     cursor[b] = w.cta_base[blockIdx.x * bins + b];
   }
@@ -212,7 +214,7 @@ __global__ void __launch_bounds__(kGroupIndexThreads) group_index_kernel(Grouped
   const GroupedWs w = grouped_ws(p);
   if (!smem_tokens) token_count = w.token_count;
   const int tid = threadIdx.x, nt = blockDim.x;
-  dev::pdl_trigger();
+  ptx::griddep_launch_dependents();
   for (int b = tid; b <= bins; b += nt) offs[b] = 0;
   for (int t = tid; t < p.num_tokens; t += nt) token_count[t] = 0;
   // Every load of this thread's pairs first (tokens and experts, then LoRAs): two dependent

@@ -7,6 +7,8 @@
 #include <cstdint>
 
 #include "bgmv/grouped_index.cuh"
+#include "ptx/cp_async.cuh"
+#include "ptx/sync.cuh"
 
 namespace cakemoe {
 namespace bgmv {
@@ -21,28 +23,28 @@ constexpr int kRankTile = kGroupRankTile;
 CAKEMOE_DEVICE void cp_async_wait_upto(int pending) {
   switch (pending) {
     case 0:
-      dev::cp_async_wait<0>();
+      ptx::cp_async_wait<0>();
       break;
     case 1:
-      dev::cp_async_wait<1>();
+      ptx::cp_async_wait<1>();
       break;
     case 2:
-      dev::cp_async_wait<2>();
+      ptx::cp_async_wait<2>();
       break;
     case 3:
-      dev::cp_async_wait<3>();
+      ptx::cp_async_wait<3>();
       break;
     case 4:
-      dev::cp_async_wait<4>();
+      ptx::cp_async_wait<4>();
       break;
     case 5:
-      dev::cp_async_wait<5>();
+      ptx::cp_async_wait<5>();
       break;
     case 6:
-      dev::cp_async_wait<6>();
+      ptx::cp_async_wait<6>();
       break;
     default:
-      dev::cp_async_wait<7>();
+      ptx::cp_async_wait<7>();
       break;
   }
 }
@@ -246,8 +248,8 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
     grouped_shrink_kernel(GroupedParams p) {
   extern __shared__ uint4 stage_vec[];
   __shared__ SplitSums red;
-  dev::pdl_wait();  // the index is complete
-  dev::pdl_trigger();
+  ptx::griddep_wait();  // the index is complete
+  ptx::griddep_launch_dependents();
   const GroupedWs w = grouped_ws(p);
   // Tile-major grid: a tile's rank blocks run side by side and share the x rows' first trip to
   // HBM (the (tile, rank block) grid measured 1.016-1.030 on rank 32 / 64 grouped rows).
@@ -281,15 +283,15 @@ __global__ void __launch_bounds__(kShrinkThreads, kStage == 1 ? 4 : 3)
         uint4* dst = stage_vec + static_cast<int64_t>(t) * kRows * kShrinkThreads + tid;
 #pragma unroll
         for (int r = 0; r < kRankTile; ++r) {
-          dev::cp_async16_hint(dst + r * kShrinkThreads, a_global + r * h + k0, a_policy);
+          ptx::cp_async_16_l2_hint(dst + r * kShrinkThreads, a_global + r * h + k0, a_policy);
         }
         if constexpr (kStage == 2) {
           for (int i = 0; i < first_part; ++i) {
-            dev::cp_async16(dst + (kRankTile + i) * kShrinkThreads, x_first[i] + k0, true);
+            ptx::cp_async_16(dst + (kRankTile + i) * kShrinkThreads, x_first[i] + k0, true);
           }
         }
       }
-      dev::cp_async_commit();
+      ptx::cp_async_commit();
     }
   }
   const int tiles_per_split = (tiles + p.splits - 1) / p.splits;

@@ -16,6 +16,7 @@
 #include "bgmv/cake_device.cuh"
 #include "bgmv/cake_launch.h"
 #include "core/cuda_check.h"
+#include "ptx/sync.cuh"
 
 namespace cakemoe {
 namespace bgmv {
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(kPortableCols) portable_expand_kernel(const Po
   for (int g = 0; g < kGroups; ++g) {
     if (vec && live && g < groups) b_vec[g] = *reinterpret_cast<const uint4*>(b_row + 8 * g);
   }
-  dev::pdl_wait();  // the shrink rows (and y's zeros) are the shrink grid's
+  ptx::griddep_wait();  // the shrink rows (and y's zeros) are the shrink grid's
   const uint16_t* shrink = static_cast<const uint16_t*>(p.shrink_out) + (s * p.P + pair) * p.R;
   for (int64_t r = threadIdx.x; r < p.R; r += kPortableCols) s_row[r] = widen<kFp16>(shrink[r]);
   __syncthreads();

@@ -12,6 +12,7 @@
 #include "bgmv/cake_device.cuh"
 #include "bgmv/cake_launch.h"
 #include "core/cuda_check.h"
+#include "ptx/sync.cuh"
 
 namespace cakemoe {
 namespace bgmv {
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(kPortableThreads) portable_shrink_kernel(const
   const int64_t l = (t >= 0 && t < p.T) ? p.lora_indices[t] : -1;
   uint16_t* out = static_cast<uint16_t*>(p.shrink_out) + (s * p.P + pair) * p.R;
   const int rows = static_cast<int>(min(static_cast<int64_t>(kPortableRankTile), p.R - r0));
-  dev::pdl_trigger();  // the expand's index and B loads need nothing from this grid
+  ptx::griddep_launch_dependents();  // the expand's index and B loads need nothing from this grid
   zero_y_share(p);
   if (l < 0) {
     if (tid < rows) out[r0 + tid] = 0;

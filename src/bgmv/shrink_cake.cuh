@@ -14,6 +14,8 @@
 #include "bgmv/cake_device.cuh"
 #include "bgmv/cake_launch.h"
 #include "bgmv/route_index.cuh"
+#include "ptx/cp_async.cuh"
+#include "ptx/sync.cuh"
 
 namespace cakemoe {
 namespace bgmv {
@@ -62,11 +64,11 @@ CAKEMOE_DEVICE void shrink_issue_tile(uint4* ring, int stage, int64_t tile, int6
   const int64_t k = tile * kShrinkTile + 8 * tid;
   const bool in = k < hidden;  // NOTE: H % 8 == 0, so a chunk is all inside or all outside
   uint4* base = ring + stage * kShrinkSlots * kShrinkThreads + tid;
-  cp_async16(base, in ? x_row + k : x_row, in);
+  ptx::cp_async_16(base, in ? x_row + k : x_row, in);
 #pragma unroll
   for (int i = 0; i < kRankTile; ++i) {
     const uint16_t* src = a_rows + i * hidden;
-    cp_async16(base + (1 + i) * kShrinkThreads, in ? src + k : src, in);
+    ptx::cp_async_16(base + (1 + i) * kShrinkThreads, in ? src + k : src, in);
   }
 }
 
@@ -78,7 +80,7 @@ CAKEMOE_DEVICE void shrink_tile_loop(uint4* ring, int64_t t0, int64_t t1, int64_
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (t0 + s < t1) shrink_issue_tile(ring, s, t0 + s, hidden, x_row, a_rows);
-    cp_async_commit();
+    ptx::cp_async_commit();
   }
   for (int64_t tile = t0; tile < t1; ++tile) {
     // The barrier retires every read of the stage that the next issue overwrites.
@@ -88,8 +90,8 @@ CAKEMOE_DEVICE void shrink_tile_loop(uint4* ring, int64_t t0, int64_t t1, int64_
       shrink_issue_tile(ring, static_cast<int>((ahead - t0) % kStages), ahead, hidden, x_row,
                         a_rows);
     }
-    cp_async_commit();
-    cp_async_wait<kStages - 1>();
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<kStages - 1>();
     const uint4* stage =
         ring + static_cast<int>((tile - t0) % kStages) * kShrinkSlots * kShrinkThreads + tid;
     float xf[8];
@@ -102,7 +104,7 @@ CAKEMOE_DEVICE void shrink_tile_loop(uint4* ring, int64_t t0, int64_t t1, int64_
       for (int e = 0; e < 8; ++e) acc[i] = fmaf(xf[e], af[e], acc[i]);
     }
   }
-  cp_async_wait<0>();
+  ptx::cp_async_wait<0>();
 }
 
 /// One 16-byte chunk of the canonical fma chains (spec §3.2): acc[i] += x[e] * a[i][e] for the
@@ -239,8 +241,8 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   __shared__ int last_split;
   // NOTE: a no-op unless this grid was launched as a programmatic dependent; keeps the route
   // index reads below ordered after any producer the runtime chains in front of the shrink.
-  pdl_wait();
-  if (p.pdl_mode == 1) pdl_trigger();
+  ptx::griddep_wait();
+  if (p.pdl_mode == 1) ptx::griddep_launch_dependents();
   const int tid = threadIdx.x;
   const int rb = blockIdx.y;
   const int z = blockIdx.z;
@@ -254,7 +256,7 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   uint16_t* out = static_cast<uint16_t*>(p.shrink_out) + pair * kRank + rb * kRows;
   if (l < 0) {  // padding or no LoRA: a zero row, never published
     if (z == 0 && tid < kRows) out[tid] = 0;
-    if (p.pdl_mode == 2) pdl_trigger();
+    if (p.pdl_mode == 2) ptx::griddep_launch_dependents();
     return;
   }
   const bool publisher = rb == 0 && z == 0 && tid == 0 && !implicit_pair(pair, t, p.P, p.T);
@@ -276,7 +278,7 @@ __global__ void __launch_bounds__(kShrinkThreads) cake_shrink_kernel(const CakeP
   } else {
     shrink_tile_loop<kFp16, kForm.ring_stages>(ring, t0, t1, p.H, x_row, a_rows, acc);
   }
-  if (p.pdl_mode == 2) pdl_trigger();
+  if (p.pdl_mode == 2) ptx::griddep_launch_dependents();
 
   shrink_reduce_store<kFp16, kRank, kRows>(p, ri, pair, rb, z, acc, warp_sums, &last_split, out);
   if (publisher) publish_end(ri, ticket, t, pair);

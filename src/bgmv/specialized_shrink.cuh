@@ -15,6 +15,7 @@
 #include "bgmv/cake_launch.h"
 #include "bgmv/route_index.cuh"
 #include "bgmv/shrink_cake.cuh"
+#include "ptx/sync.cuh"
 
 namespace cakemoe {
 namespace bgmv {
@@ -68,8 +69,9 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) specialized_shrink_kernel(c
   constexpr int kTiles = (kHidden + kShrinkTile - 1) / kShrinkTile;
   __shared__ float warp_sums[kShrinkThreads / kWarp][kRankTile];
   __shared__ int last_split;
-  pdl_wait();  // a no-op unless launched as a programmatic dependent (as the generic shrink)
-  if (p.pdl_mode == 1) pdl_trigger();
+  // A no-op unless launched as a programmatic dependent (as the generic shrink).
+  ptx::griddep_wait();
+  if (p.pdl_mode == 1) ptx::griddep_launch_dependents();
   const int tid = threadIdx.x;
   const int rb = blockIdx.y;
   const int z = blockIdx.z;
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) specialized_shrink_kernel(c
   uint16_t* out = static_cast<uint16_t*>(p.shrink_out) + pair * kRank + rb * kRankTile;
   if (l < 0) {  // padding or no LoRA: a zero row, never published
     if (z == 0 && tid < kRankTile) out[tid] = 0;
-    if (p.pdl_mode == 2) pdl_trigger();
+    if (p.pdl_mode == 2) ptx::griddep_launch_dependents();
     return;
   }
   const bool publisher = rb == 0 && z == 0 && tid == 0 && !implicit_pair(pair, t, p.P, p.T);
@@ -104,7 +106,7 @@ __global__ void __launch_bounds__(kShrinkThreads, 3) specialized_shrink_kernel(c
 #pragma unroll
   for (int i = 0; i < kRankTile; ++i) acc[i] = 0.0f;
   specialized_shrink_fma<kFp16, kHidden, kTiles>(t0, t1, xv, av, acc);
-  if (p.pdl_mode == 2) pdl_trigger();
+  if (p.pdl_mode == 2) ptx::griddep_launch_dependents();
 
   // Same reduction and split finish as the generic shrink (the bits match).
   shrink_reduce_store<kFp16, kRank, kRankTile>(p, ri, pair, rb, z, acc, warp_sums, &last_split,

@@ -17,6 +17,14 @@ CAKEMOE_DEVICE void cp_async_16(void* dst, const void* src, bool valid) {
                : "memory");
 }
 
+/// cp_async_16 (always valid) with an L2 policy from ptx/cache_hints.cuh's createpolicy_*.
+CAKEMOE_DEVICE void cp_async_16_l2_hint(void* dst, const void* src, uint64_t policy) {
+  asm volatile(
+      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+      "l"(src), "l"(policy)
+      : "memory");
+}
+
 CAKEMOE_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 /// Waits until at most `kPending` of this thread's committed groups are still in flight.

@@ -1,0 +1,25 @@
+# Layout check, run as `cmake -DSRC=<repo>/src -P cakemoe_ptx_layout_check.cmake` (the CPU test
+# layout.ptx_asm_only_in_src_ptx): inline PTX lives only in src/ptx/ (docs/decisions/ptx.md).
+# Fails, naming file and line, on an `asm` / `__asm__` statement in any other source under SRC.
+if(NOT SRC)
+  message(FATAL_ERROR "usage: cmake -DSRC=<repo>/src -P cakemoe_ptx_layout_check.cmake")
+endif()
+file(GLOB_RECURSE _files RELATIVE "${SRC}" "${SRC}/*.cu" "${SRC}/*.cuh" "${SRC}/*.h"
+     "${SRC}/*.hpp" "${SRC}/*.cpp")
+set(_asm_statement "(^|[^A-Za-z0-9_])(asm|__asm__|__asm)[ \t]*(volatile|__volatile__)?[ \t]*\\(")
+set(_bad "")
+foreach(_f IN LISTS _files)
+  if(_f MATCHES "^ptx/")
+    continue()
+  endif()
+  file(STRINGS "${SRC}/${_f}" _lines REGEX "${_asm_statement}")
+  foreach(_line IN LISTS _lines)
+    string(STRIP "${_line}" _line)
+    string(APPEND _bad "  src/${_f}: ${_line}\n")
+  endforeach()
+endforeach()
+if(_bad)
+  message(FATAL_ERROR "inline asm outside src/ptx/ (move it into a src/ptx/ wrapper):\n${_bad}")
+endif()
+list(LENGTH _files _count)
+message(STATUS "no inline asm outside src/ptx/ (${_count} files checked)")
