@@ -89,7 +89,7 @@ StepFunStageLaunch prepare_routing(const RoutingArgs& args) {
       topk_ids = ids->data();
     } else {
       // NOTE: the caller's ids may change between launches, so they are checked at each one.
-      ref::check_distinct_topk_ids(topk_ids, dims.num_tokens, a.top_k);
+      ref::check_distinct_topk_ids(topk_ids, dims.num_tokens, a.top_k, config.num_experts);
     }
     ref::build_tables(config, topk_ids, views);
   }));

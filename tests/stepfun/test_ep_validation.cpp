@@ -1,4 +1,4 @@
-// EP argument validation on the CPU (metadata-only views: nothing is read or allocated), the
+// EP argument validation on the CPU (device views whose data is never read or allocated), the
 // rules across ranks, and the build without NCCL.
 #include <gtest/gtest.h>
 
@@ -15,8 +15,10 @@ namespace {
 
 constexpr int64_t kT = 6, kH = 256, kI = 128, kE = 8, kK = 2;
 
+// NOTE: validation rejects null data, so the views point at a dummy byte it never dereferences.
 TensorView meta(DType dtype, std::vector<int64_t> shape, int device = 0) {
-  return TensorView(nullptr, dtype, shape, Device::cuda(device));
+  static unsigned char never_read = 0;
+  return TensorView(&never_read, dtype, shape, Device::cuda(device));
 }
 
 /// Valid nvfp4 arguments of one rank owning experts [2, 6) with precomputed routing.
@@ -70,6 +72,11 @@ TEST(EpValidate, RejectsBadArgumentsNamingThem) {
   expect_error([&] { validate_rank(with([](EpArgs& a) { a.layer.do_finalize = false; }), 0); },
                "do_finalize");
   expect_error([&] { validate_rank(valid_args(), 1); }, "hidden_states");  // another device
+  expect_error(
+      [&] {
+        validate_rank(with([](EpArgs& a) { a.layer.topk_ids.data = nullptr; }), 0);
+      },
+      "topk_ids");
   expect_error(
       [&] {
         validate_rank(with([](EpArgs& a) {

@@ -37,10 +37,12 @@ void check_routing_config(const RoutingConfig& c) {
   require(c.tile >= 1, "tile_tokens_dim", "must be > 0");
 }
 
-void check_distinct_topk_ids(const int32_t* ids, int64_t num_tokens, int64_t top_k) {
+void check_distinct_topk_ids(const int32_t* ids, int64_t num_tokens, int64_t top_k,
+                             int64_t num_experts) {
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int32_t* row = ids + t * top_k;
     for (int64_t i = 1; i < top_k; ++i) {
+      if (row[i] < 0 || row[i] >= num_experts) continue;  // routed nowhere
       for (int64_t j = 0; j < i; ++j) {
         core::require(row[i] != row[j], "topk_ids",
                       "token " + std::to_string(t) + " selects expert " + std::to_string(row[i]) +

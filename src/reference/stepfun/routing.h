@@ -28,9 +28,12 @@ struct RoutingConfig {
 /// off >= 0, off + E_loc <= E and tile > 0 (the reference relies on these to stay in bounds).
 void check_routing_config(const RoutingConfig& config);
 
-/// Throws InvalidArgument("topk_ids") unless the K ids of every token are distinct (spec §2.2);
-/// `ids` is [T, K] row-major.
-void check_distinct_topk_ids(const int32_t* ids, int64_t num_tokens, int64_t top_k);
+/// Throws InvalidArgument("topk_ids") unless the K ids of every token that name an expert
+/// (`0 <= id < num_experts`) are distinct (spec §2.2); `ids` is [T, K] row-major. Ids outside
+/// that range are routed nowhere (spec §2.3: non-local), so they may repeat: the EP layer marks
+/// stale rows with -1 in every route.
+void check_distinct_topk_ids(const int32_t* ids, int64_t num_tokens, int64_t top_k,
+                             int64_t num_experts);
 
 /// Order-preserving 32-bit key of a logit (larger key = larger logit; spec §2.2 step 1).
 /// NOTE: a total order on bit patterns: -0 < +0, +NaN above +inf, -NaN below -inf.

@@ -46,11 +46,17 @@ TEST(StepfunReferenceBounds, LiveCtaCountIsBoundedByTheTables) {
 
 TEST(StepfunReferenceBounds, PrecomputedIdsAreDistinctPerToken) {
   const std::vector<int32_t> ok = {0, 1, 2, 3, 1, 0};  // [T=3, K=2]
-  EXPECT_NO_THROW(check_distinct_topk_ids(ok.data(), 3, 2));
+  EXPECT_NO_THROW(check_distinct_topk_ids(ok.data(), 3, 2, 4));
   const std::vector<int32_t> repeated = {0, 1, 2, 2, 1, 0};
-  expect_error([&] { check_distinct_topk_ids(repeated.data(), 3, 2); }, "topk_ids");
+  expect_error([&] { check_distinct_topk_ids(repeated.data(), 3, 2, 4); }, "topk_ids");
   const std::vector<int32_t> far = {5, 7, 9, 5};  // [T=1, K=4]: the repeat is 3 routes apart
-  expect_error([&] { check_distinct_topk_ids(far.data(), 1, 4); }, "topk_ids");
+  expect_error([&] { check_distinct_topk_ids(far.data(), 1, 4, 16); }, "topk_ids");
+  // Ids outside [0, E) go nowhere and may repeat (the EP layer masks stale rows with -1).
+  const std::vector<int32_t> nowhere = {-1, -1, 3, 16, 16, 2};  // [T=2, K=3], E = 16
+  EXPECT_NO_THROW(check_distinct_topk_ids(nowhere.data(), 2, 3, 16));
+  const std::vector<int32_t> repeat_after_nowhere = {-1, 3, -1, 3};  // [T=1, K=4]
+  expect_error([&] { check_distinct_topk_ids(repeat_after_nowhere.data(), 1, 4, 16); },
+               "topk_ids");
 }
 
 TEST(StepfunReferenceBounds, RoutingRangeSumCannotOverflow) {
