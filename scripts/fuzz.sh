@@ -49,7 +49,8 @@ if ((do_build)); then
   CAKEMOE_WITH_CUDA=OFF cakemoe_configure "$build" ci "${args[@]}"
   targets=(cakemoe_fuzz_replay)
   # The libFuzzer binary exists in clang builds only (Ninja lists "name: phony", Make "... name").
-  if cmake --build "$build" --target help 2>/dev/null | grep -Eq '(^|\.\.\. )cakemoe_fuzz(:|$)'; then
+  if cmake --build "$build" --target help 2>/dev/null |
+    grep -Eq '(^|\.\.\. )cakemoe_fuzz(:|$)'; then
     targets+=(cakemoe_fuzz)
   fi
   cakemoe_build "$build" "${CAKEMOE_JOBS:-2}" "${targets[@]}"
@@ -63,7 +64,8 @@ if [[ ! -x "$replay" ]]; then
 fi
 case "$driver" in
   auto) [[ -x "$libfuzzer" ]] && driver=libfuzzer || driver=plain ;;
-  libfuzzer) [[ -x "$libfuzzer" ]] || { cakemoe_log "no libFuzzer binary (needs clang)"; exit 2; } ;;
+  libfuzzer)
+    [[ -x "$libfuzzer" ]] || { cakemoe_log "no libFuzzer binary (needs clang)"; exit 2; } ;;
   plain) ;;
   *) cakemoe_log "--driver must be auto, libfuzzer or plain"; exit 2 ;;
 esac
@@ -74,17 +76,31 @@ mkdir -p "$work/corpus" "$work/crashes"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 seeds="$CAKEMOE_ROOT/tests/fuzz/corpus"
 
+# On a failure, print the saved inputs (small) so a CI log alone is enough to reproduce them:
+# write the bytes back with `xxd -r -p` and replay the file with either driver.
+report_failure() {
+  local f
+  for f in "$work"/crashes/*; do
+    [[ -f "$f" && "$f" -nt "$stamp" ]] || continue
+    cakemoe_log "failing input $(basename "$f") (hex):"
+    od -An -tx1 -v "$f" | tr -d ' \n' | fold -w 100 >&2
+    echo >&2
+  done
+  exit 1
+}
+stamp="$work/.started"
+touch "$stamp"
 cakemoe_log "replaying the seed corpus ($seeds)"
-"$replay" --crash-dir "$work/crashes" "$seeds"
+"$replay" --crash-dir "$work/crashes" "$seeds" || report_failure
 ((seconds > 0)) || exit 0
 start=$SECONDS
 cakemoe_log "fuzzing for $seconds s with the $driver driver"
 if [[ "$driver" == libfuzzer ]]; then
   "$libfuzzer" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=3072 -malloc_limit_mb=2048 \
     -max_len=512 -print_final_stats=1 -artifact_prefix="$work/crashes/" \
-    "${extra[@]}" "$work/corpus" "$seeds"
+    "${extra[@]}" "$work/corpus" "$seeds" || report_failure
 else
   "$replay" --seconds "$seconds" --timeout 20 --crash-dir "$work/crashes" "${extra[@]}" \
-    "$seeds" "$work/corpus"
+    "$seeds" "$work/corpus" || report_failure
 fi
 cakemoe_log "fuzzing: no failure in $((SECONDS - start)) s"

@@ -1,5 +1,6 @@
 #include "fuzz_arena.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@ constexpr uint8_t kOneDim = 1 << 4;
 constexpr uint8_t kOneStride = 1 << 5;
 constexpr uint8_t kDevice = 1 << 6;
 constexpr uint8_t kFillOverride = 1 << 7;
+constexpr int64_t kFillPeriod = 4096;  // elements drawn per buffer, then repeated
 
 int64_t element_size(DType dtype) {
   const size_t s = dtype_size(dtype);
@@ -104,7 +106,9 @@ void Arena::fill_buffer(void* data, int64_t bytes, DType dtype, const FillSpec& 
     return;
   }
   const int64_t size = element_size(dtype);
-  const int64_t n = bytes / size;
+  // NOTE: only the first kFillPeriod elements are drawn; the rest repeat them, which keeps a
+  // 64 MiB fill cheap (the fuzzer's time goes to the library, not to its random generator).
+  const int64_t n = std::min(bytes / size, kFillPeriod);
   const uint64_t range =
       fill.hi > fill.lo ? static_cast<uint64_t>(fill.hi) - static_cast<uint64_t>(fill.lo) : 1;
   for (int64_t i = 0; i < n; ++i) {
@@ -151,6 +155,10 @@ void Arena::fill_buffer(void* data, int64_t bytes, DType dtype, const FillSpec& 
         *e = static_cast<uint8_t>(ivalue);
         break;
     }
+  }
+  const int64_t period = n * size;
+  for (int64_t at = period; period > 0 && at < bytes; at += period) {
+    std::memcpy(out + at, out, static_cast<size_t>(std::min(period, bytes - at)));
   }
 }
 

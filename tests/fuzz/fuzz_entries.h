@@ -44,7 +44,7 @@ void fuzz_handles(FuzzInput& in, Arena& arena);              // 15
 /// Launches (the compute of the CPU engine) run only when this many multiply-adds or fewer are
 /// claimed: larger valid problems are prepared (validated) but not computed, so a fuzz run
 /// spends its time on validation instead of honest GEMMs.
-constexpr int64_t kWorkBudget = int64_t{1} << 26;
+constexpr int64_t kWorkBudget = int64_t{1} << 22;
 inline bool affordable(std::initializer_list<int64_t> factors) {
   int64_t work = 1;
   for (int64_t f : factors) work = saturating_mul(work, f < 1 ? 1 : f);

@@ -76,6 +76,15 @@ def entry(name, body, seed=1):
     return bytes([ENTRIES.index(name), seed] + body)
 
 
+# A unified config, MoEConfig fields in read_config order: E (4), K 2, renormalize, no groups,
+# `quant`, I 64, all experts local, SwiGLUStep 7.
+def config(quant, per_token=0, backend=None, routing_input=0, e=4):
+    b = dim(e) + dim(2) + [1, 0, 0] + dim(0) + dim(0) + [0, quant, 0, per_token] + dim(64) + \
+        dim(0) + dim(-1) + dim(0) + [0] + scalar_f(7.0)
+    b += [1] + text(backend) if backend is not None else [0]
+    return b + [routing_input, 1] + dim(8192) + [0, 0]
+
+
 def seeds():
     out = {}
     # TensorView constructors / helpers; Tensor::empty; bounds; plans and names.
@@ -166,13 +175,6 @@ def seeds():
     out["bgmv-given-outputs"] = entry("bgmv", bgmv(shrink=1, y=1, how=3))
     out["bgmv-rank64-wide"] = entry("bgmv", bgmv(r=64, f=256, t=6, p=12))
 
-    # Unified config: E 4, K 2, renormalize, no groups; quant; I 64; SwiGLUStep 7.
-    def config(quant, per_token=0, backend=None, routing_input=0):
-        b = dim(4) + dim(2) + [1, 0, 0] + dim(0) + dim(0) + [0, quant, 0, per_token] + dim(64) + \
-            dim(0) + dim(-1) + dim(0) + [0] + scalar_f(7.0)
-        b += [1] + text(backend) if backend is not None else [0]
-        return b + [routing_input, 1] + dim(8192) + [0, 0]
-
     out["config-validate-nvfp4"] = entry("config", config(5) + [0])
     out["config-validate-bf16tok"] = entry("config", config(5, per_token=1) + [0])
     out["config-family-of-mxfp8"] = entry("config", config(3) + [1, MXFP8, 0])
@@ -223,6 +225,8 @@ def regressions():
     out["bgmv-null-x"] = entry("bgmv", bgmv_head + [NULL] + natural(6) + [0, 0])
     out["bgmv-null-sorted-token-ids"] = entry("bgmv", bgmv_head + natural(3) + [NULL] +
                                               natural(3) + [0, 0])
+    out["bgmv-null-lora-indices"] = entry("bgmv", bgmv_head + natural(5) + [NULL] + natural(1) +
+                                          [0, 0])
     out["requant-null-output"] = entry("requant", dim(64) + dim(64) + dim(12) + [1] +
                                        scalar(1.0 / 2688.0) + [1, 0, 1] + [0, 0, NULL, 0, 0])
     out["finalize-null-output"] = entry("finalize", dim(6) + dim(2) + dim(128) + dim(rows) +
@@ -238,6 +242,18 @@ def regressions():
         "prepare_activations", [0xF0, 148] + dim(6) + dim(128) + scalar(1.0) + [0])
     out["prepare_weights-family-148"] = entry(
         "prepare_weights", [0xF0, 148] + weights_head[1:] + natural(2))
+    # Public TensorView fields: numel() of huge dims overflows; ndim outside [0, 6] indexes past
+    # shape[] (numel, is_contiguous, describe, sizes).
+    out["tensor_view-numel-overflow"] = entry("tensor_view", [3, 2] + dim(2**32) + dim(2**32) +
+                                              [0, 0, 0, 0] + dim(2**32) + dim(1) + [0, 1])
+    out["tensor_view-ndim-7"] = entry("tensor_view", [3, 7] + dim(1) * 7 + [0, 0, 0, 0] +
+                                      dim(1) * 6 + [0, 1])
+    out["tensor_view-negative-ndim"] = entry("tensor_view", [3, 0xFF, 0, 0, 0, 0, 0, 1])
+    # The unified prepare_weights builds E_loc default step limits before checking w1's data
+    # (E = 2^40, w1 [E, 2I, H] with null data: a 4 TiB vector).
+    out["config_layer-huge-experts-allocates"] = entry(
+        "config_layer", config(0, e=2**40) + dim(6) + dim(128) + [0] + scalar_f(7.0) +
+        scalar(1.0) + scalar(0.0) + [0, 0, 0] + natural(7))
     # next_pow2 of a huge T never ends.
     out["plans-huge-tokens"] = entry("plans", [NVFP4] + dim(2**62 + 1) + dim(2) + dim(4) +
                                      dim(128) + dim(64) + [0, 0, 0, 1])
