@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace cakemoe {
 namespace fuzz {
@@ -218,10 +219,14 @@ TensorView Arena::view(DType dtype, const std::vector<int64_t>& shape, FillSpec 
         break;
     }
   }
-  if (flags & kNullData) return v;  // data stays null
+  if (!(flags & kNullData)) back_with_buffer(v, natural, fill);
+  note_if_invalid(v);
+  return v;
+}
 
+void Arena::back_with_buffer(TensorView& v, const TensorView& natural, const FillSpec& fill) {
   int64_t bytes = claimed_bytes(v);
-  if (bytes >= 0 && bytes > kRealBytesCap - used_) return v;  // a claim too big to back: null
+  if (bytes >= 0 && bytes > kRealBytesCap - used_) return;  // a claim too big to back: null
   if (bytes < 0) {
     // No buffer can back this claim: the natural buffer (or a small one), never to be read.
     bytes = claimed_bytes(natural);
@@ -229,7 +234,28 @@ TensorView Arena::view(DType dtype, const std::vector<int64_t>& shape, FillSpec 
   }
   v.data = allocate(bytes);
   if (v.data != nullptr) fill_buffer(v.data, bytes, v.dtype, fill);
-  return v;
+}
+
+void Arena::note_if_invalid(const TensorView& v) {
+  ++view_count_;
+  std::string why;
+  if (v.ndim < 0 || v.ndim > TensorView::kMaxDims) {
+    why = "ndim " + std::to_string(v.ndim);
+  } else if (static_cast<uint8_t>(v.dtype) > static_cast<uint8_t>(DType::kInt64)) {
+    why = "dtype " + std::to_string(static_cast<int>(v.dtype));
+  } else if (static_cast<uint8_t>(v.device.type) > static_cast<uint8_t>(DeviceType::kCUDA)) {
+    why = "device type " + std::to_string(static_cast<int>(v.device.type));
+  } else {
+    bool empty = false;
+    for (int d = 0; d < v.ndim; ++d) {
+      if (v.shape[d] < 0) why = "dim " + std::to_string(d) + " = " + std::to_string(v.shape[d]);
+      if (v.shape[d] == 0) empty = true;
+    }
+    if (why.empty() && v.ndim > 0 && !empty && v.data == nullptr) why = "null data";
+  }
+  if (!why.empty() && invalid_.empty()) {
+    invalid_ = "argument #" + std::to_string(view_count_) + " (" + why + ")";
+  }
 }
 
 std::vector<TensorView> Arena::views(int count, DType dtype, const std::vector<int64_t>& shape,

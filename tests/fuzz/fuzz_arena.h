@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cakemoe/tensor.h"
@@ -65,8 +66,19 @@ class Arena {
   int64_t real_bytes() const { return used_; }
   uint64_t next_random();
 
+  /// The first view handed out that no call may accept (ndim outside [0, 6], a negative dim, an
+  /// out-of-range dtype or device type, or null data under a non-empty shape), as "argument #n
+  /// (why)" counting views in creation order; empty when all were valid.
+  const std::string& first_invalid_view() const { return invalid_; }
+  /// Entries call this when some of their views do not reach the library (then accepting the
+  /// call says nothing about them).
+  void mark_views_unused() { views_unused_ = true; }
+  bool views_unused() const { return views_unused_; }
+
  private:
   void* allocate(int64_t bytes);
+  void back_with_buffer(TensorView& v, const TensorView& natural, const FillSpec& fill);
+  void note_if_invalid(const TensorView& v);
   void fill_buffer(void* data, int64_t bytes, DType dtype, const FillSpec& fill);
 
   struct FreeDeleter {
@@ -75,6 +87,9 @@ class Arena {
   FuzzInput& in_;
   uint64_t rng_;
   int64_t used_ = 0;
+  int view_count_ = 0;
+  std::string invalid_;
+  bool views_unused_ = false;
   std::vector<std::unique_ptr<void, FreeDeleter>> buffers_;
 };
 

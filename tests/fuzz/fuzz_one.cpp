@@ -35,10 +35,18 @@ constexpr Entry kEntries[] = {
     {"handles", fuzz_handles},
 };
 
-[[noreturn]] void contract_violation(const char* entry, const char* kind, const char* what) {
-  std::fprintf(stderr, "cakemoe fuzz: entry %s: %s escaped: %s\n", entry, kind, what);
+// Strict mode (CAKEMOE_FUZZ_STRICT=1): a call that returns normally although one of its
+// arguments was an invalid view (fuzz_arena.h) is a failure too.
+bool g_strict = false;
+
+[[noreturn]] void contract_violation(const char* entry, const std::string& what) {
+  std::fprintf(stderr, "cakemoe fuzz: entry %s: %s\n", entry, what.c_str());
   std::fflush(stderr);
   std::abort();
+}
+
+[[noreturn]] void escaped(const char* entry, const char* kind, const char* what) {
+  contract_violation(entry, std::string(kind) + " escaped: " + what);
 }
 
 }  // namespace
@@ -51,6 +59,8 @@ void init_fuzzing() {
   // single-threaded engine makes reports deterministic. An explicit setting wins.
   setenv("CAKEMOE_NUM_THREADS", "1", 0);
   bgmv::set_warning_hook([](const std::string&) {});
+  const char* strict = std::getenv("CAKEMOE_FUZZ_STRICT");
+  g_strict = strict != nullptr && std::string(strict) == "1";
 }
 
 Outcome run_one(const uint8_t* data, size_t size) {
@@ -68,15 +78,19 @@ Outcome run_one(const uint8_t* data, size_t size) {
     outcome.rejected = true;
     outcome.message = std::string("Unsupported: ") + e.what();
   } catch (const Error& e) {
-    contract_violation(entry.name, typeid(e).name(), e.what());
+    escaped(entry.name, typeid(e).name(), e.what());
   } catch (const std::bad_alloc& e) {
-    contract_violation(entry.name, "std::bad_alloc", e.what());
+    escaped(entry.name, "std::bad_alloc", e.what());
   } catch (const std::length_error& e) {
-    contract_violation(entry.name, "std::length_error", e.what());
+    escaped(entry.name, "std::length_error", e.what());
   } catch (const std::exception& e) {
-    contract_violation(entry.name, typeid(e).name(), e.what());
+    escaped(entry.name, typeid(e).name(), e.what());
   } catch (...) {
-    contract_violation(entry.name, "a non-std exception", "?");
+    escaped(entry.name, "a non-std exception", "?");
+  }
+  if (g_strict && !outcome.rejected && !arena.views_unused() &&
+      !arena.first_invalid_view().empty()) {
+    contract_violation(entry.name, "accepted an invalid " + arena.first_invalid_view());
   }
   return outcome;
 }

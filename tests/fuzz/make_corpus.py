@@ -219,6 +219,11 @@ def regressions():
     head = dim(4) + dim(128) + dim(16) + dim(2**62) + [1] + dim(0) + dim(8) + dim(8) + dim(8) + \
         [0, 0, 0, 0, 0, 0, 1, 0]
     out["bgmv-no-loras-huge-feat-out"] = entry("bgmv", head + natural(7) + [0, 0])
+    # A negative hidden size acts as a wildcard in the output shape check; the launch then sizes
+    # a vector from it (std::length_error escapes).
+    out["finalize-negative-hidden"] = entry("finalize", dim(6) + dim(2) + dim(-1) + dim(rows) +
+                                            dim(4) + [1, 2, 0, 1] + natural(3) + dim(rows) +
+                                            [0, 0])
     # Null data with a valid shape.
     bgmv_head = dim(4) + dim(128) + dim(16) + dim(128) + [1] + dim(2) + dim(8) + dim(8) + \
         dim(8) + [0, 0, 0, 0, 0, 0, 1, 0]
