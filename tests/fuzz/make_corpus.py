@@ -215,6 +215,8 @@ def regressions():
                                         natural(2))
     out["fc2-ctas-past-tables"] = entry("fc2", problem("bf16") + [1, 0, 1] + natural(8) +
                                         dim(1000) + [0, 0])
+    out["fc2-huge-tile"] = entry("fc2", problem("bf16", tile=2**62) + [1, 0, 1] + natural(8) +
+                                 dim(1) + [0, 0])
     # BGMV with L = 0 and a huge feat_out: the default y_accum size overflows.
     head = dim(4) + dim(128) + dim(16) + dim(2**62) + [1] + dim(0) + dim(8) + dim(8) + dim(8) + \
         [0, 0, 0, 0, 0, 0, 1, 0]
@@ -224,6 +226,20 @@ def regressions():
     out["finalize-negative-hidden"] = entry("finalize", dim(6) + dim(2) + dim(-1) + dim(rows) +
                                             dim(4) + [1, 2, 0, 1] + natural(3) + dim(rows) +
                                             [0, 0])
+    # BGMV on the CPU has no size bound: P * R = 2^32 makes prepare allocate an 8 GiB shrink_out.
+    head = dim(4) + dim(64) + dim(4096) + dim(64) + [1] + dim(1) + dim(1) + dim(2**20) + dim(1) + \
+        [0, 0, 0, 0, 0, 0, 0, 0]
+    out["bgmv-cpu-no-size-bound"] = entry("bgmv", head + natural(7) + [0, 0])
+    # T * 8 bytes of lora_indices overflows int64: the view is accepted and read.
+    head = dim(2**62) + dim(64) + dim(16) + dim(64) + [1] + dim(2) + dim(8) + dim(8) + dim(8) + \
+        [0, 0, 0, 0, 0, 0, 0, 0]
+    out["bgmv-huge-tokens"] = entry("bgmv", head + natural(7) + [0, 0])
+    # Outputs are allocated from the shape of a null hidden (2^30 x 2^30).
+    out["prepare_activations-allocates-before-checks"] = entry(
+        "prepare_activations", [BF16] + dim(2**30) + dim(2**30) + scalar(1.0) + [0])
+    # Tensor::empty of [2^32, 2^32] overflows its size arithmetic.
+    out["tensor_empty-overflowing-shape"] = entry("tensor_empty", [2] + dim(2**32) * 2 +
+                                                  [0, 0, 0, 0, 0])
     # Null data with a valid shape.
     bgmv_head = dim(4) + dim(128) + dim(16) + dim(128) + [1] + dim(2) + dim(8) + dim(8) + \
         dim(8) + [0, 0, 0, 0, 0, 0, 1, 0]
