@@ -265,7 +265,9 @@ TEST(BgmvCanonical, BenchmarkShapeRunsInSeconds) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("[ bgmv ] reference T=1024 H=3072 R=32 k=2: %.2f s\n", seconds);
+#ifndef CAKEMOE_SANITIZED  // instrumented code runs several times slower: no time bound there
   EXPECT_LT(seconds, 30.0);
+#endif
   for (int64_t t : {1, 2, 511, 1023}) {
     const std::vector<double> expected = ref::oracle_y_row(p, t, false);
     const std::vector<double> actual = bgmv_test::to_double(y.data() + t * p.feat_out, p.feat_out);
