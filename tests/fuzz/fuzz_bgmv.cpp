@@ -27,7 +27,7 @@ void use_accessors(const BgmvPlan& plan) {
   std::ostringstream os;
   os << plan.backend_used() << plan.variant() << plan.grouped() << plan.order_remap()
      << plan.grouped_mma() << plan.pdl_mode() << plan.fallback_reason();
-  if (const auto launch = plan.shrink_launch()) os << launch->form << launch->splits;
+  if (const auto launch = plan.shrink_launch()) os << static_cast<int>(launch->kind) << launch->splits;
   if (const auto id = plan.schedule_id()) os << *id;
   os << plan.route_index().defined() << plan.y_accum().numel() << plan.shrink_out().numel()
      << plan.x().numel();

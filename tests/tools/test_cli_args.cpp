@@ -105,8 +105,10 @@ TEST(CliArgParser, EveryRejectionNamesTheFlag) {
       {{"--path="}, "--path"},        {{"--seed", "-2"}, "--seed"},
       {{"--list", "1,,2"}, "--list"}, {{"--flag", "--count", "11"}, "--count"},
   };
-  for (const auto& [args, flag] : cases) {
-    EXPECT_EQ(usage_error_flag([&] { parser.parse(args); }), flag) << args[0];
+  for (const auto& c : cases) {
+    // NOTE: not a structured binding: C++17 lambdas cannot capture those (clang rejects it).
+    const auto& args = c.first;
+    EXPECT_EQ(usage_error_flag([&] { parser.parse(args); }), c.second) << args[0];
   }
 }
 
