@@ -4,7 +4,7 @@
 // off, grouped (index form by grouped_geometry()), grouped with the hist / scan / scatter index,
 // the specialized variant (spec §7, H 2688 / 3072 at rank 32; -1 elsewhere).
 // --specialized: the specialized variant in each schedule against the generic plan, H 2688 and
-// 3072 at rank 32 from 1 to 2048 tokens: the evidence for plan.cpp's kSm90SpecializedWindows.
+// 3072 at rank 32 from 1 to 2048 tokens: the evidence for plan_variant.cpp's kSm90SpecializedWindows.
 #pragma once
 
 #include <chrono>

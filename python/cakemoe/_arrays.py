@@ -56,6 +56,27 @@ def export_list(name, values):
     return [export(f"{name}[{i}]", v) for i, v in enumerate(values)]
 
 
+def layer_kwargs(args):
+    """The binding's keyword dict: arrays exported, None left out (the C++ defaults apply), every
+    other value passed as it is (the binding checks its type and rejects unknown names)."""
+    out = {}
+    for name, value in args.items():
+        if value is None:
+            continue
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            raise type_error(name, "a torch tensor, numpy array or scalar", value)
+        out[name] = export(name, value) if is_array(value) else value
+    return out
+
+
+def is_array(value):
+    return is_torch(value) or is_numpy(value) or hasattr(value, "__dlpack__")
+
+
+def arrays_of(kwargs):
+    return {k: v for k, v in kwargs.items() if v is not None and is_array(v)}
+
+
 def to_framework(ref, like):
     """A binding result (ViewRef or None) as a torch tensor (``like == "torch"``) or a numpy array.
 

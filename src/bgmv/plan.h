@@ -1,6 +1,7 @@
 // BGMV host selectors (spec bgmv §4.1, §4.3, §4.4, §5, §6, §7, §9) and workspace sizes (§3.3, §5).
 // Plain C++: no CUDA types, testable on the CPU. These are FlashInfer's measured heuristics; the
-// attribute values they produce are part of the plan's observable contract.
+// attribute values they produce are part of the plan's observable contract. Defined by topic in
+// plan_generic.cpp, plan_variant.cpp, plan_grouped.cpp and plan_choice.cpp.
 #pragma once
 
 #include <cstdint>
@@ -47,8 +48,8 @@ ShrinkLaunch select_generic_shrink(int64_t num_pairs, int64_t rank, int64_t hidd
 bool is_specialized_shape(int64_t hidden, int64_t rank);
 /// spec §7 (newest JIT): Blackwell specialized for a specialized shape and 32 <= T <= 1024. SM90
 /// (cakemoe, from SM90 measurements; spec §7's "SM90 never" predates a specialized body that wins
-/// there): inside plan.cpp's kSm90SpecializedWindows, T <= 8 or (T >= 9 and 64 <= P), both with
-/// P <= 1024. `specialized_built` false (no specialized unit compiled) forces generic.
+/// there): inside plan_variant.cpp's kSm90SpecializedWindows, T <= 8 or (T >= 9 and 64 <= P), both
+/// with P <= 1024. `specialized_built` false (no specialized unit compiled) forces generic.
 Variant select_variant(int64_t num_tokens, int64_t num_pairs, int64_t hidden, int64_t rank,
                        Arch arch, bool specialized_built);
 /// spec §4.3/§7 generic schedule: 0 (t64) for T <= 8, else 1 (t128).

@@ -78,7 +78,7 @@ std::array<Tensor*, 8> weight_tensors(StepFunWeights* weights);
 /// per-expert scalars, gemm1_clamp_limit) at the tensors of `weights`.
 void set_weight_args(::cakemoe::stepfun::MoeArgs* args, const StepFunWeights& weights);
 
-// ---- Readers of a physical weight view ----------------------------------------------------------
+// ---- Readers of a physical weight view (weight_readers.cpp) -------------------------------------
 
 /// One GEMM's physical weights for all local experts: W1 (gated rows) or W2.
 struct WeightMatrix {
