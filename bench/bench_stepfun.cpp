@@ -25,7 +25,7 @@
 #include "core/parallel.h"
 #include "formats/codecs.h"
 #include "reference/stepfun/weights.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {

@@ -21,7 +21,7 @@
 #include "formats/layouts.h"
 #include "testbed/gpu/cuda_timing.h"
 #include "reference/stepfun/tables.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {

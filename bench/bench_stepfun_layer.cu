@@ -27,7 +27,7 @@
 #include "core/cuda_check.h"
 #include "core/cuda_util.h"
 #include "reference/stepfun/weights.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "stepfun_layer_inputs.cuh"
 #include "stepfun_layer_report.h"
 

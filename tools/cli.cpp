@@ -6,7 +6,7 @@
 #include "cakemoe/errors.h"
 #include "cakemoe/stepfun.h"
 #include "core/cuda_util.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "tools/cli_args.h"
 #include "tools/cli_bench.h"
 #include "tools/run_bgmv.h"

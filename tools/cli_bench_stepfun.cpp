@@ -14,7 +14,7 @@
 #include "formats/codecs.h"
 #include "reference/stepfun/harness.h"
 #include "reference/stepfun/weights.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "tools/cli_bench.h"
 #include "tools/run_stepfun.h"
 

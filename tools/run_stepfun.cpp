@@ -9,7 +9,7 @@
 #include "cakemoe/stepfun.h"
 #include "core/cuda_util.h"
 #include "reference/stepfun/harness.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace tools {

@@ -8,7 +8,7 @@
 #include "cakemoe/errors.h"
 #include "core/cuda_util.h"
 #include "core/kernel_registry.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {

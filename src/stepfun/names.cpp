@@ -3,7 +3,7 @@
 
 #include "cakemoe/stepfun.h"
 #include "core/check.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -25,16 +25,6 @@ Family parse_family(const std::string& name) {
     valid += (valid.empty() ? "" : ", ") + std::string(family_name(f));
   }
   throw InvalidArgument("family", "unknown family '" + name + "'; valid names: " + valid);
-}
-
-void check_family(Family family, const std::string& arg) {
-  core::require(static_cast<unsigned>(family) <= static_cast<unsigned>(Family::kNVFP4BF16Tok), arg,
-                "is not a Family value (" + std::to_string(static_cast<unsigned>(family)) + ")");
-}
-
-void check_sf_layout(SfLayout layout, const std::string& arg) {
-  core::require(static_cast<unsigned>(layout) <= static_cast<unsigned>(SfLayout::kR128C4), arg,
-                "is not an SfLayout value (" + std::to_string(static_cast<unsigned>(layout)) + ")");
 }
 
 const char* sf_layout_name(SfLayout layout) {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cakemoe/stepfun.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {

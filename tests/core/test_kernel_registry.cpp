@@ -9,7 +9,7 @@
 
 #include "core/kernel_registry.h"
 #include "stepfun/catalog.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace {

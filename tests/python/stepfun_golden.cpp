@@ -22,7 +22,7 @@
 #include "core/cuda_util.h"
 #include "formats/codecs.h"
 #include "reference/stepfun/harness.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "stepfun/validate.h"
 
 namespace cakemoe {

@@ -13,7 +13,7 @@
 #include "cakemoe/errors.h"
 #include "formats/codecs.h"
 #include "reference/stepfun/harness.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {

@@ -12,7 +12,7 @@
 #include "cakemoe/config.h"
 #include "cakemoe/errors.h"
 #include "reference/stepfun/harness.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {

@@ -15,7 +15,7 @@
 #include "reference/stepfun/harness.h"
 #include "stepfun/ep/dispatch_plan.h"
 #include "stepfun/ep_world_sim.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {

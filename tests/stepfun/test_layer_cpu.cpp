@@ -7,7 +7,7 @@
 #include "cakemoe/stepfun.h"
 #include "formats/codecs.h"
 #include "reference/stepfun/harness.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {

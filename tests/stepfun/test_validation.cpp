@@ -10,7 +10,7 @@
 #include "cakemoe/errors.h"
 #include "cakemoe/stepfun.h"
 #include "formats/layouts.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {

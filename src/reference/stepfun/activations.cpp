@@ -13,7 +13,7 @@
 #include "formats/quantize.h"
 #include "reference/stepfun/unpack.h"
 #include "reference/stepfun/weights.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace reference {

@@ -11,7 +11,7 @@
 #include "formats/codecs.h"
 #include "formats/layouts.h"
 #include "formats/quantize.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace reference {

@@ -19,7 +19,7 @@
 #include "reference/stepfun/requant.h"
 #include "reference/stepfun/tables.h"
 #include "reference/stepfun/weights.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "testbed/testbed.h"
 
 namespace cakemoe {

@@ -18,7 +18,7 @@
 #include "core/cuda_util.h"
 #include "formats/codecs.h"
 #include "reference/stepfun/harness.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "stepfun/gpu/stepfun_gpu_case.h"
 #include "testbed/gpu/gpu_testbed.h"
 #include "testbed/testbed.h"

@@ -18,7 +18,7 @@
 #include "formats/codecs.h"
 #include "reference/stepfun/harness.h"
 #include "stepfun/ep_world_sim.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "stepfun/gpu/stepfun_gpu_case.h"
 #include "testbed/gpu/gpu_testbed.h"
 

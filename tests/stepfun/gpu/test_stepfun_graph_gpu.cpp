@@ -15,7 +15,7 @@
 #include "testbed/gpu/gpu_testbed.h"
 #include "stepfun/gpu/stepfun_gpu_case.h"
 #include "reference/stepfun/harness.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {

@@ -20,7 +20,7 @@
 #include "testbed/gpu/gpu_testbed.h"
 #include "stepfun/gpu/stepfun_gpu_case.h"
 #include "stepfun/gpu/stepfun_gpu_matrix.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 
 namespace cakemoe {
 namespace stepfun {

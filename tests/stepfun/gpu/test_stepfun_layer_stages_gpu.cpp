@@ -18,7 +18,7 @@
 #include "reference/stepfun/weights.h"
 #include "testbed/gpu/gpu_testbed.h"
 #include "stepfun/gpu/stepfun_gpu_case.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "stepfun/validate.h"
 #include "testbed/testbed.h"
 

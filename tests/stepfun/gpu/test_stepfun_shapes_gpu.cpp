@@ -12,7 +12,7 @@
 
 #include "cakemoe/stepfun.h"
 #include "reference/stepfun/harness.h"
-#include "stepfun/families.h"
+#include "reference/stepfun/families.h"
 #include "stepfun/gpu/stepfun_gpu_case.h"
 #include "testbed/gpu/gpu_testbed.h"
 

@@ -1,4 +1,5 @@
-// The five StepFun weight families (spec §4), in the order of the Family enum.
+// The five StepFun weight families (spec §4), in the order of the Family enum, and the range
+// checks of the public enums. Below the planner: the reference engine and the stepfun layer use it.
 #pragma once
 
 #include <string>
