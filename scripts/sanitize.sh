@@ -4,7 +4,7 @@
 #   1. the CPU tests under it (ctest -L cpu),
 #   2. the fuzz regression inputs (ctest -L fuzz: one reproducer per known finding),
 #   3. a fixed-time fuzz run of the public API (scripts/fuzz.sh: libFuzzer with clang, else the
-#      plain driver).
+#      plain driver), strict (CAKEMOE_FUZZ_STRICT=1 unless set).
 # Every step runs; the script fails when any of them does.
 #
 #   scripts/sanitize.sh [--fuzz-seconds N]     (default 90)
@@ -41,6 +41,8 @@ cakemoe_log "sanitizer build: $((built - start)) s"
 
 # NOTE: leaks fail too; the fuzz drivers also report allocations over 2 GiB (fuzz_one.cpp).
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
+# Strict: a call that accepts an invalid view (null data, negative dim, bad enum) fails too.
+export CAKEMOE_FUZZ_STRICT="${CAKEMOE_FUZZ_STRICT:-1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 failed=()
 step() {
