@@ -4,6 +4,7 @@
 // writing anything.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -231,7 +232,7 @@ struct MoeArgs {
   int64_t top_k = 0;
   int64_t local_expert_offset = 0;
   int64_t local_num_experts = 0;
-  std::optional<Plan> plan;  ///< default_plan() when absent
+  std::optional<Plan> plan;  ///< wins over autotune; default_plan() (or autotune) when absent
   TensorView output;         ///< optional bf16 [T, H]; allocated when absent
   bool do_finalize = true;
   bool enable_pdl = true;
@@ -239,7 +240,26 @@ struct MoeArgs {
   double global_scale_inv = 1.0 / 2688.0;
   double routed_scaling_factor = 1.0;
   bool poison_routing_tail = false;
+  /// Opt-in autotune (used only when `plan` is absent): prepare_stepfun_moe prepares every
+  /// candidate of plans_for() on these arguments, times autotune_reps launches of each after one
+  /// warm-up (CUDA events on autotune_stream on a GPU, steady_clock on the CPU backend), keeps the
+  /// fastest (ties: the earlier candidate; a candidate that throws Unsupported is skipped) and
+  /// caches the choice per (device, family, T rounded up to a power of two, K, E_loc, H, I,
+  /// logits_input) for the process. A cache hit measures nothing, and a hit from another T of the
+  /// same bucket reuses that T's plan (every plan runs every T). A miss runs kernels, writes the
+  /// outputs (as every launch does) and synchronises autotune_stream, so never prepare with
+  /// autotune while a stream is being captured into a CUDA graph (InvalidArgument `autotune` when
+  /// autotune_stream is capturing). All candidates agree within the family's tolerance; on the
+  /// CPU engine they agree bitwise (the tile changes only padding and buffer sizes).
+  bool autotune = false;
+  int autotune_reps = 3;             ///< timed launches per candidate, in [1, 1000]
+  Stream autotune_stream = nullptr;  ///< the caller's stream (CUDA); stepfun_moe uses its own
 };
+
+/// Plans chosen by autotune so far in this process (thread-safe).
+size_t autotune_cache_size();
+/// Forgets every autotuned choice: the next autotuned prepare of each shape measures again.
+void clear_autotune_cache();
 
 /// A prepared layer: owns every intermediate buffer; `launch()` allocates nothing, never syncs the
 /// host and can be captured in a CUDA graph. Valid for the T it was prepared with.

@@ -42,6 +42,8 @@ __all__ = [
     "StepFunMoeLaunch",
     "StepFunStageLaunch",
     "StepFunWeights",
+    "autotune_cache_size",
+    "clear_autotune_cache",
     "default_plan",
     "fc1",
     "fc2",
@@ -94,6 +96,8 @@ def stepfun_moe(
     global_scale_inv=_DEFAULT_GLOBAL_SCALE_INV,
     routed_scaling_factor=1.0,
     poison_routing_tail=False,
+    autotune=False,
+    autotune_reps=3,
     stream=None,
     **unknown,
 ):
@@ -126,15 +130,24 @@ def stepfun_moe(
     local_expert_offset, local_num_experts : int
         The local experts [off, off + E_loc); default all E.
     plan : cakemoe.Plan, optional
-        ``default_plan`` when absent.
+        ``default_plan`` when absent (or the autotuned plan); a given plan wins over ``autotune``.
     output : tensor bf16 [T, H], optional
         Written when given (``do_finalize`` only); else allocated after validation.
     do_finalize : bool
         False returns ``[gemm2_output, expert_weights, expanded_idx_to_permuted_idx]`` (spec §7.3).
     enable_pdl, reserved_sms, global_scale_inv, routed_scaling_factor, poison_routing_tail
         As spec §9.1; ``routed_scaling_factor`` multiplies FromLogits weights.
+    autotune : bool
+        Opt-in, only without ``plan``: times ``autotune_reps`` launches (after one warm-up) of
+        every ``plans_for`` candidate on these arguments and keeps the fastest; the choice is
+        cached per (device, family, T rounded up to a power of two, K, E_loc, H, I, routing mode)
+        for the process, and a cache hit measures nothing. A miss runs and synchronises kernels
+        (on ``stream``): never with a CUDA graph capture running. ``autotune_cache_size()`` /
+        ``clear_autotune_cache()`` inspect and clear the cache.
+    autotune_reps : int
+        Timed launches per candidate, 1..1000.
     stream : torch.cuda.Stream or int, optional
-        Default: torch's current stream (CUDA tensors).
+        Default: torch's current stream (CUDA tensors); autotune measures on it too.
 
     Returns
     -------
@@ -162,10 +175,11 @@ def stepfun_moe(
 def prepare_stepfun_moe(**kwargs):
     """Validates the layer, picks the plan and allocates every intermediate once.
 
-    Takes the keyword arguments of ``stepfun_moe`` (without ``stream``) and returns a
-    ``StepFunMoeLaunch``: ``launch(stream=None)`` replays the layer with no allocation and no host
-    sync (CUDA-graph capturable), ``outputs()`` returns its results. The caller's arrays must stay
-    at the same storage, shape and strides (contents may change between launches).
+    Takes the keyword arguments of ``stepfun_moe`` and returns a ``StepFunMoeLaunch``:
+    ``launch(stream=None)`` replays the layer with no allocation and no host sync (CUDA-graph
+    capturable), ``outputs()`` returns its results. ``stream`` here is only where ``autotune``
+    measures (default torch's current stream). The caller's arrays must stay at the same storage,
+    shape and strides (contents may change between launches).
 
     Examples
     --------
@@ -174,11 +188,23 @@ def prepare_stepfun_moe(**kwargs):
     >>> (out,) = layer.outputs()
     """
     warn_experimental()
+    kwargs = dict(kwargs)
+    stream = kwargs.pop("stream", None)
     hidden_states = kwargs.get("hidden_states")
     exported = _arrays.layer_kwargs(kwargs)
     with _arrays.device_context(hidden_states):
-        core = _cakemoe.prepare_stepfun_moe(exported)
+        core = _cakemoe.prepare_stepfun_moe(exported, _arrays.stream_handle(hidden_states, stream))
     return StepFunMoeLaunch(core, _arrays.arrays_of(kwargs), hidden_states)
+
+
+def autotune_cache_size():
+    """Plans chosen by ``autotune=True`` so far in this process."""
+    return _cakemoe.autotune_cache_size()
+
+
+def clear_autotune_cache():
+    """Forgets every autotuned choice: the next autotuned prepare of each shape measures again."""
+    _cakemoe.clear_autotune_cache()
 
 
 def _device_kwargs(device):

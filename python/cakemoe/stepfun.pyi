@@ -15,6 +15,8 @@ __all__ = [
     "StepFunMoeLaunch",
     "StepFunStageLaunch",
     "StepFunWeights",
+    "autotune_cache_size",
+    "clear_autotune_cache",
     "default_plan",
     "fc1",
     "fc2",
@@ -100,9 +102,13 @@ def stepfun_moe(
     global_scale_inv: float = ...,
     routed_scaling_factor: float = ...,
     poison_routing_tail: bool = ...,
+    autotune: bool = ...,
+    autotune_reps: int = ...,
     stream: _Stream = ...,
 ) -> list[_Array]: ...
 def prepare_stepfun_moe(**kwargs: Any) -> StepFunMoeLaunch: ...
+def autotune_cache_size() -> int: ...
+def clear_autotune_cache() -> None: ...
 
 def prepare_routing(**kwargs: Any) -> StepFunStageLaunch: ...
 def prepare_fc1(**kwargs: Any) -> StepFunStageLaunch: ...

@@ -3,6 +3,8 @@
 // read-only arrays are refused before anything runs.
 #include "stepfun_args.h"
 
+#include <algorithm>
+#include <climits>
 #include <string>
 
 namespace cakemoe {
@@ -151,6 +153,10 @@ stepfun::MoeArgs moe_args(Kwargs& kw) {
   a.global_scale_inv = kw.real("global_scale_inv", a.global_scale_inv);
   a.routed_scaling_factor = kw.real("routed_scaling_factor", a.routed_scaling_factor);
   a.poison_routing_tail = kw.flag("poison_routing_tail", a.poison_routing_tail);
+  a.autotune = kw.flag("autotune", a.autotune);
+  // Clamped to int, not truncated: the library's [1, 1000] rule then rejects what is beyond.
+  const int64_t reps = kw.integer("autotune_reps", a.autotune_reps);
+  a.autotune_reps = static_cast<int>(std::clamp<int64_t>(reps, INT_MIN, INT_MAX));
   kw.finish();
   return a;
 }

@@ -174,12 +174,19 @@ void register_stepfun(nb::module_& m) {
   def_stage<stepfun::Fc2Args>(m, "prepare_fc2", fc2_args, stepfun::prepare_fc2);
   def_stage<stepfun::FinalizeArgs>(m, "prepare_finalize", finalize_args, stepfun::prepare_finalize);
 
-  m.def("prepare_stepfun_moe", [](nb::dict kwargs) {
-    Kwargs kw(kwargs, "prepare_stepfun_moe");
-    const stepfun::MoeArgs args = moe_args(kw);
-    nb::gil_scoped_release release;
-    return stepfun::prepare_stepfun_moe(args);
-  });
+  // `stream`: where autotune measures (the caller's stream); launches take theirs later.
+  m.def(
+      "prepare_stepfun_moe",
+      [](nb::dict kwargs, uintptr_t stream) {
+        Kwargs kw(kwargs, "prepare_stepfun_moe");
+        stepfun::MoeArgs args = moe_args(kw);
+        args.autotune_stream = to_stream(stream);
+        nb::gil_scoped_release release;
+        return stepfun::prepare_stepfun_moe(args);
+      },
+      nb::arg("kwargs"), nb::arg("stream") = 0);
+  m.def("autotune_cache_size", &stepfun::autotune_cache_size);
+  m.def("clear_autotune_cache", &stepfun::clear_autotune_cache);
   m.def("stepfun_moe", [](nb::dict kwargs, uintptr_t stream) {
     Kwargs kw(kwargs, "stepfun_moe");
     const stepfun::MoeArgs args = moe_args(kw);

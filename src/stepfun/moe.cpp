@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/checked.h"
 #include "core/cuda_util.h"
+#include "stepfun/autotune.h"
 #include "stepfun/launch_impl.h"
 #include "stepfun/validate.h"
 
@@ -257,7 +258,10 @@ StepFunMoeLaunch prepare_stepfun_moe(const MoeArgs& a) {
   problem.intermediate_size = dims.intermediate;
   problem.logits_input = a.routing_logits.defined();
   problem.device = device;
-  const Plan plan = a.plan ? *a.plan : default_plan(problem);
+  // An explicit plan wins; autotune (opt-in) measures plans_for's candidates or reuses its cache.
+  const Plan plan = a.plan       ? *a.plan
+                    : a.autotune ? autotune::autotuned_plan(a, problem)
+                                 : default_plan(problem);
   validate_plan(plan);
 
   // Dry run: every stage validates its arguments over the planned buffers (nothing allocated).
@@ -293,7 +297,9 @@ StepFunMoeLaunch prepare_stepfun_moe(const MoeArgs& a) {
 }
 
 std::vector<Tensor> stepfun_moe(const MoeArgs& args, Stream stream) {
-  const StepFunMoeLaunch launch = prepare_stepfun_moe(args);
+  MoeArgs on_stream = args;
+  on_stream.autotune_stream = stream;  // the one-shot measures where it runs
+  const StepFunMoeLaunch launch = prepare_stepfun_moe(on_stream);
   launch.launch(stream);
   std::vector<Tensor> result;
   for (const TensorView& v : launch.outputs()) {

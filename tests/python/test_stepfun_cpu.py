@@ -97,6 +97,43 @@ def test_explicit_plan_and_default_plan(golden):
     assert (plan.family, plan.tile, plan.act_sf_layout) == ("bf16", 8, "r8c4")
 
 
+@pytest.mark.parametrize("family", ["bf16", "nvfp4_bf16tok"])
+def test_autotune_picks_a_candidate_and_caches_it(golden, family):
+    cakemoe.stepfun.clear_autotune_cache()
+    case = sc.Case(golden, sc.NumpyBackend(), family)
+    plans = cakemoe.plans_for(family=family, num_tokens=case.T, top_k=case.K,
+                              local_num_experts=case.E, hidden_size=case.H,
+                              intermediate_size=case.I)
+    assert len(plans) >= 2
+    kwargs = dict(family=family, routing_logits=case.input("logits_fp32"), num_experts=case.E,
+                  top_k=case.K, routed_scaling_factor=1.5, **case.activations(),
+                  **case.weights("W"))
+    layer = cakemoe.prepare_stepfun_moe(**kwargs, autotune=True, autotune_reps=2)
+    assert layer.plan in plans
+    assert cakemoe.stepfun.autotune_cache_size() == 1
+    layer.launch()
+    # The CPU engine's candidates agree bitwise, so the C++ golden (default plan) must match.
+    case.check_list(layer.outputs(), "moe_logits_")
+    again = cakemoe.prepare_stepfun_moe(**kwargs, autotune=True)  # a hit: the same plan
+    assert again.plan == layer.plan and cakemoe.stepfun.autotune_cache_size() == 1
+    case.check_list(cakemoe.stepfun_moe(**kwargs, autotune=True), "moe_logits_")
+    assert cakemoe.stepfun.autotune_cache_size() == 1
+    given = cakemoe.prepare_stepfun_moe(**kwargs, autotune=True, plan=plans[-1])
+    assert given.plan == plans[-1]  # an explicit plan wins
+    cakemoe.stepfun.clear_autotune_cache()
+    assert cakemoe.stepfun.autotune_cache_size() == 0
+
+
+def test_autotune_arguments_are_checked(golden):
+    cakemoe.stepfun.clear_autotune_cache()
+    for name, value in [("autotune_reps", 0), ("autotune_reps", 1001), ("autotune_reps", 2**40),
+                        ("autotune", 1)]:
+        with pytest.raises(cakemoe.InvalidArgument) as e:
+            cakemoe.prepare_stepfun_moe(**make_layer(golden), **{"autotune": True, name: value})
+        assert e.value.argument == name, str(e.value)
+    assert cakemoe.stepfun.autotune_cache_size() == 0
+
+
 def test_stage_buffers_are_validated_before_writing(golden):
     case = sc.Case(golden, sc.NumpyBackend(), "bf16")
     out = np.full((case.T, case.H), 7, np.uint16)
