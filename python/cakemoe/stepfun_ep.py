@@ -89,7 +89,8 @@ def _device_index(device):
     if isinstance(device, str) or type(device).__name__ == "device":
         kind, _, index = str(device).partition(":")
         if kind != "cuda" or (index and not index.isdigit()):
-            raise invalid("device", f'must be a CUDA device ("cuda", "cuda:N" or N), got {device!r}')
+            raise invalid("device",
+                          f'must be a CUDA device ("cuda", "cuda:N" or N), got {device!r}')
         if index:
             return int(index)
         return _device_index(None)

@@ -37,8 +37,8 @@ int narrow(Kwargs& kw, const std::string& name) {
 
 std::vector<uint8_t> id_bytes(nb::handle id) {
   if (!nb::isinstance<nb::bytes>(id)) {
-    throw ArgumentTypeError("unique_id", "must be bytes (from new_unique_id()), got " +
-                                             python_type_name(id));
+    throw ArgumentTypeError("unique_id",
+                            "must be bytes (from new_unique_id()), got " + python_type_name(id));
   }
   const nb::bytes b = nb::borrow<nb::bytes>(id);
   const auto* data = static_cast<const uint8_t*>(b.data());
@@ -59,8 +59,8 @@ ep::OwnedCommunicator create_communicator(nb::dict kwargs) {
 
 ep::Scheme scheme_of(nb::handle scheme) {
   if (!nb::isinstance<nb::str>(scheme)) {
-    throw ArgumentTypeError("scheme", "must be a str (all_to_all or all_gather), got " +
-                                          python_type_name(scheme));
+    throw ArgumentTypeError(
+        "scheme", "must be a str (all_to_all or all_gather), got " + python_type_name(scheme));
   }
   return ep::parse_scheme(nb::cast<std::string>(scheme));
 }
@@ -116,7 +116,8 @@ void register_launch(nb::module_& m) {
           "launch_combine",
           [](const L& l, uintptr_t stream) { l.launch_combine(to_stream(stream)); },
           nb::arg("stream"), nb::call_guard<nb::gil_scoped_release>())
-      .def("output", [](nb::handle self) { return view_ref(nb::cast<const L&>(self).output(), self); })
+      .def("output",
+           [](nb::handle self) { return view_ref(nb::cast<const L&>(self).output(), self); })
       .def("received_counts",
            [](nb::handle self) {
              return view_ref(nb::cast<const L&>(self).received_counts(), self);

@@ -136,7 +136,7 @@ def test_sizes_dataclass_is_frozen():
 
 
 def test_from_process_group_without_nccl_or_without_init():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -145,7 +145,6 @@ def test_from_process_group_without_nccl_or_without_init():
         expect_error(cakemoe.Unsupported, "group", stepfun_ep.Communicator.from_process_group)
     elif not dist.is_initialized():
         expect_error(cakemoe.InvalidArgument, "group", stepfun_ep.Communicator.from_process_group)
-    del torch
 
 
 def test_group_bootstrap_agrees_on_rank_0s_id_or_every_rank_raises():

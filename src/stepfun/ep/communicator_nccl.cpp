@@ -47,8 +47,8 @@ OwnedCommunicator create_communicator(const std::vector<uint8_t>& unique_id, int
 
 void destroy_communicator(Communicator comm, int device) noexcept {
   int previous = 0;
-  const bool switched = cudaGetDevice(&previous) == cudaSuccess &&
-                        cudaSetDevice(device) == cudaSuccess;
+  const bool switched =
+      cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(device) == cudaSuccess;
   ncclCommDestroy(static_cast<ncclComm_t>(comm));
   if (switched) cudaSetDevice(previous);
 }
