@@ -27,6 +27,7 @@ Example (one process per GPU, e.g. ``torchrun --nproc-per-node 2 script.py``)::
 
 import contextlib
 import dataclasses
+import numbers
 
 from . import _arrays, _cakemoe
 from ._cakemoe import ArgumentTypeError, Unsupported
@@ -50,8 +51,8 @@ def available():
 
     Examples
     --------
-    >>> cakemoe.stepfun_ep.available()
-    False
+    >>> if not cakemoe.stepfun_ep.available():
+    ...     print("no EP layer in this build")
     """
     return bool(_cakemoe.ep_available())
 
@@ -70,7 +71,8 @@ def new_unique_id():
 
 
 def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
+    """int and numpy integers, not bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _device_index(device):
@@ -80,12 +82,13 @@ def _device_index(device):
         try:
             import torch
         except ImportError:
-            raise invalid("device", "None needs torch (its current CUDA device); pass an int")
+            raise invalid("device",
+                          "None needs torch (its current CUDA device); pass an int") from None
         if not torch.cuda.is_available():
             raise invalid("device", "None means torch's current CUDA device, but torch sees none")
         return torch.cuda.current_device()
     if _is_int(device):
-        return device
+        return int(device)
     if isinstance(device, str) or type(device).__name__ == "device":
         kind, _, index = str(device).partition(":")
         if kind != "cuda" or (index and not index.isdigit()):

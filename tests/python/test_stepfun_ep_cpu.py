@@ -80,7 +80,8 @@ def test_rank_beyond_int32():
 @pytest.mark.parametrize("device, cls", [(-1, cakemoe.InvalidArgument),
                                          ("cpu", cakemoe.InvalidArgument),
                                          ("cuda:x", cakemoe.InvalidArgument),
-                                         (1.0, cakemoe.ArgumentTypeError)])
+                                         (1.0, cakemoe.ArgumentTypeError),
+                                         (True, cakemoe.ArgumentTypeError)])
 def test_bad_device(device, cls):
     expect_error(cls, "device", stepfun_ep.Communicator.from_unique_id, ID, rank=0,
                  world_size=1, device=device)
