@@ -5,6 +5,7 @@
 // No NCCL or CUDA types leak through this header: the communicator is an opaque pointer.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +32,52 @@ Scheme parse_scheme(const std::string& name);  ///< throws InvalidArgument("sche
 /// An `ncclComm_t` passed as an opaque pointer. The caller creates it, owns it and keeps it alive
 /// (and uses it for nothing else concurrently) for as long as the prepared launch exists.
 using Communicator = void*;
+
+/// Bytes of an NCCL unique id (ncclUniqueId, NCCL_UNIQUE_ID_BYTES).
+constexpr size_t kUniqueIdBytes = 128;
+
+/// A fresh NCCL unique id (ncclGetUniqueId): one rank makes it, every rank of the future
+/// communicator passes the same bytes to create_communicator (for instance through a file or a
+/// torch.distributed broadcast). Builds without NCCL throw Unsupported("unique_id", ...).
+std::vector<uint8_t> new_unique_id();
+
+/// An NCCL communicator made by create_communicator; it is destroyed (ncclCommDestroy) with this
+/// object. Move-only. get() is what EpArgs::comm takes: keep this object alive for as long as any
+/// launch prepared with it exists. A default-constructed one holds nothing (get() is null).
+class OwnedCommunicator {
+ public:
+  OwnedCommunicator() = default;
+  ~OwnedCommunicator();
+  OwnedCommunicator(OwnedCommunicator&& other) noexcept;
+  OwnedCommunicator& operator=(OwnedCommunicator&& other) noexcept;
+  OwnedCommunicator(const OwnedCommunicator&) = delete;
+  OwnedCommunicator& operator=(const OwnedCommunicator&) = delete;
+
+  Communicator get() const { return comm_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int device() const { return device_; }  ///< the CUDA device the communicator runs on
+  /// Destroys the communicator now; get() is null afterwards. Does nothing when empty.
+  void reset() noexcept;
+
+ private:
+  friend OwnedCommunicator create_communicator(const std::vector<uint8_t>&, int, int, int);
+  OwnedCommunicator(Communicator comm, int rank, int world_size, int device);
+
+  Communicator comm_ = nullptr;
+  int rank_ = 0;
+  int world_size_ = 0;
+  int device_ = -1;
+};
+
+/// Collective over the `world_size` processes sharing `unique_id`: every rank calls it with its
+/// own `rank` (ncclCommInitRank on CUDA device `device`; it returns once all ranks have joined).
+/// Checks, before anything is created: unique_id has kUniqueIdBytes bytes, world_size >= 1,
+/// 0 <= rank < world_size, device a CUDA device of this process (InvalidArgument naming the
+/// argument). NCCL_NVLS_ENABLE and the other NCCL switches are the caller's environment. Builds
+/// without NCCL check the arguments, then throw Unsupported("unique_id", ...).
+OwnedCommunicator create_communicator(const std::vector<uint8_t>& unique_id, int rank,
+                                      int world_size, int device);
 
 /// Arguments of one rank.
 struct EpArgs {

@@ -12,7 +12,9 @@ StepFun fused MoE (spec ../shared/spec/stepfun.md, FlashInfer's ``cake_stepfun``
     (out,) = layer.outputs()  # bf16 [T, H]
 
 or ``cakemoe.stepfun_moe(...)`` (one-shot), the per-stage ``routing / fc1 / requant / fc2 /
-finalize``, and the unified ``MoEConfig`` entry (``cakemoe.config``).
+finalize``, and the unified ``MoEConfig`` entry (``cakemoe.config``). The same layer under
+expert parallelism over NCCL, one process per GPU: ``cakemoe.stepfun_ep`` (``Communicator.
+from_process_group`` over a torch.distributed group, then ``prepare_ep``).
 
 BGMV MoE-LoRA (spec ../shared/spec/bgmv.md)::
 
@@ -33,7 +35,7 @@ import warnings
 from . import _arrays, _cakemoe
 from ._cakemoe import ArgumentTypeError, CudaError, Error, InvalidArgument, Unsupported, with_cuda
 from ._errors import ExperimentalWarning, UnsupportedPath
-from . import config, stepfun
+from . import config, stepfun, stepfun_ep
 from .config import (
     Activation,
     ActivationType,
@@ -74,6 +76,7 @@ from .stepfun import (
     routing,
     stepfun_moe,
 )
+from .stepfun_ep import Communicator, EpLaunch, EpSizes, prepare_ep
 
 __version__ = _cakemoe.__version__
 
@@ -83,7 +86,10 @@ __all__ = [
     "ArgumentTypeError",
     "BgmvPlan",
     "CakeStepFunConfig",
+    "Communicator",
     "CudaError",
+    "EpLaunch",
+    "EpSizes",
     "Error",
     "ExecutionConfig",
     "ExperimentalWarning",
@@ -113,6 +119,7 @@ __all__ = [
     "plans_for",
     "prepare_activations",
     "prepare_bgmv_moe",
+    "prepare_ep",
     "prepare_fc1",
     "prepare_fc2",
     "prepare_finalize",
@@ -126,6 +133,7 @@ __all__ = [
     "run_moe",
     "set_warning_hook",
     "stepfun",
+    "stepfun_ep",
     "stepfun_moe",
     "with_cuda",
 ]

@@ -20,6 +20,7 @@
 #include "dlpack_views.h"
 #include "kwargs.h"
 #include "stepfun_binding.h"
+#include "stepfun_ep_binding.h"
 #include "views.h"
 
 namespace nb = nanobind;
@@ -172,4 +173,5 @@ NB_MODULE(_cakemoe, m) {
   register_views(m);
   register_stepfun(m);
   register_config(m);
+  register_stepfun_ep(m);
 }
