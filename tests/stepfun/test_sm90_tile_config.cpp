@@ -2,9 +2,13 @@
 // CPU against the weight layouts of spec §4.4 (formats/layouts.h).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
+#include <string>
+#include <tuple>
 
 #include "formats/layouts.h"
+#include "reference/stepfun/families.h"
 #include "stepfun/sm90/tile_config.h"
 
 namespace cakemoe {
@@ -59,6 +63,38 @@ TEST(Sm90TileConfig, UnitsCoverTheSsFamilies) {
   EXPECT_FALSE(has_sm90_unit(Family::kBF16, 24));
 }
 
+// scripts/gen_stepfun_units.py keeps its own family/tile list: the generated unit files must be
+// exactly the (stage, family, tile) triples has_sm90_unit admits, or the planner would name a
+// unit that was never built (or leave a built one unused).
+TEST(Sm90TileConfig, GeneratedUnitFilesAreTheAdmittedTriples) {
+  using Triple = std::tuple<std::string, std::string, int>;
+  std::set<Triple> admitted;
+  for (Family family : kAllFamilies) {
+    for (int tile = 1; tile <= 512; ++tile) {
+      if (!has_sm90_unit(family, tile)) continue;
+      for (const char* stage : {"fc1", "fc2"}) admitted.insert({stage, family_name(family), tile});
+    }
+  }
+  std::set<Triple> files;
+  const std::filesystem::path inst = std::filesystem::path(CAKEMOE_SOURCE_DIR) / "src/stepfun/inst";
+  ASSERT_TRUE(std::filesystem::is_directory(inst)) << inst;
+  for (const auto& entry : std::filesystem::directory_iterator(inst)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("sm90_", 0) != 0) continue;
+    // sm90_<stage>_<family>_t<tile>.cu; family names may hold '_' (nvfp4_bf16tok).
+    const size_t stage_end = name.find('_', 5);
+    const size_t tile_at = name.rfind("_t");
+    ASSERT_NE(stage_end, std::string::npos) << name;
+    ASSERT_NE(tile_at, std::string::npos) << name;
+    ASSERT_EQ(name.substr(name.size() - 3), ".cu") << name;
+    files.insert({name.substr(5, stage_end - 5),
+                  name.substr(stage_end + 1, tile_at - stage_end - 1),
+                  std::stoi(name.substr(tile_at + 2, name.size() - 3 - tile_at - 2))});
+  }
+  EXPECT_EQ(files, admitted);
+  EXPECT_FALSE(admitted.empty());
+}
+
 }  // namespace
 }  // namespace sm90
 }  // namespace stepfun
@@ -70,14 +106,15 @@ namespace sm90 {
 namespace {
 
 TEST(Sm90TileConfig, PreferredTileFollowsTheMeasuredTable) {
-  EXPECT_EQ(preferred_tile(1), 8);     // decode: T 8, E 64
+  EXPECT_EQ(preferred_tile(1), 8);  // decode: T 8, E 64
   EXPECT_EQ(preferred_tile(4), 8);
   EXPECT_EQ(preferred_tile(8), 16);    // T 64, E 64
   EXPECT_EQ(preferred_tile(14), 32);   // Step-3.5 T 512
   EXPECT_EQ(preferred_tile(64), 64);   // T 512, E 64
   EXPECT_EQ(preferred_tile(256), 64);  // T 2048, E 64
   EXPECT_EQ(preferred_tile(int64_t(1) << 40), 64);
-  for (int64_t avg = 0; avg < 600; ++avg) EXPECT_TRUE(has_sm90_unit(Family::kFP8, preferred_tile(avg)));
+  for (int64_t avg = 0; avg < 600; ++avg)
+    EXPECT_TRUE(has_sm90_unit(Family::kFP8, preferred_tile(avg)));
 }
 
 }  // namespace
