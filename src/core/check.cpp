@@ -66,6 +66,12 @@ void check_defined(const TensorView& t, const std::string& arg) {
   check_view(t, arg);
 }
 
+void check_given(std::initializer_list<NamedView> views) {
+  for (const NamedView& v : views) {
+    if (v.view.defined()) check_view(v.view, v.arg);
+  }
+}
+
 void check_absent(const TensorView& t, const std::string& arg, const std::string& why) {
   require(!t.defined(), arg, "must not be given: " + why);
 }

@@ -27,6 +27,14 @@ inline void require_supported(bool condition, const std::string& arg, const std:
 void check_view(const TensorView& t, const std::string& arg);
 /// `t` must be present (and pass check_view).
 void check_defined(const TensorView& t, const std::string& arg);
+/// A view and the argument name it is reported under.
+struct NamedView {
+  const TensorView& view;
+  const char* arg;
+};
+/// Every given (defined) view passes check_view, also one the call's mode ignores (e.g. the
+/// routing logits next to precomputed ids): a malformed argument is an error wherever it is.
+void check_given(std::initializer_list<NamedView> views);
 /// `t` must be absent.
 void check_absent(const TensorView& t, const std::string& arg, const std::string& why);
 /// dtype must be one of `allowed`.

@@ -184,6 +184,18 @@ GemmDims weight_dims(Family family, const TensorView& w, bool is_w1, Device devi
 }
 
 RoutingDims validate_routing(const RoutingArgs& a) {
+  core::check_given({{a.routing_logits, "routing_logits"},
+                     {a.topk_ids, "topk_ids"},
+                     {a.topk_weights, "topk_weights"},
+                     {a.topk_packed, "topk_packed"},
+                     {a.expert_count_histogram, "expert_count_histogram"},
+                     {a.total_num_padded_tokens, "total_num_padded_tokens"},
+                     {a.expanded_idx_to_permuted_idx, "expanded_idx_to_permuted_idx"},
+                     {a.permuted_idx_to_token_idx, "permuted_idx_to_token_idx"},
+                     {a.cta_idx_xy_to_batch_idx, "cta_idx_xy_to_batch_idx"},
+                     {a.cta_idx_xy_to_mn_limit, "cta_idx_xy_to_mn_limit"},
+                     {a.num_non_exiting_ctas, "num_non_exiting_ctas"},
+                     {a.num_tokens_per_expert, "num_tokens_per_expert"}});
   RoutingDims d;
   require(a.routing_logits.defined() != a.topk_ids.defined(), "routing_logits",
           "exactly one of routing_logits and topk_ids must be given");
@@ -248,6 +260,21 @@ RoutingDims validate_routing(const RoutingArgs& a) {
 }
 
 GemmDims validate_fc1(const Fc1Args& a) {
+  core::check_given({{a.hidden_states, "hidden_states"},
+                     {a.hidden_states_scale, "hidden_states_scale"},
+                     {a.gemm1_weights, "gemm1_weights"},
+                     {a.gemm1_weights_scale, "gemm1_weights_scale"},
+                     {a.output1_scale_scalar, "output1_scale_scalar"},
+                     {a.output1_scale_gate_scalar, "output1_scale_gate_scalar"},
+                     {a.gemm1_clamp_limit, "gemm1_clamp_limit"},
+                     {a.per_token_scale, "per_token_scale"},
+                     {a.permuted_idx_to_token_idx, "permuted_idx_to_token_idx"},
+                     {a.cta_idx_xy_to_batch_idx, "cta_idx_xy_to_batch_idx"},
+                     {a.cta_idx_xy_to_mn_limit, "cta_idx_xy_to_mn_limit"},
+                     {a.num_non_exiting_ctas, "num_non_exiting_ctas"},
+                     {a.total_num_padded_tokens, "total_num_padded_tokens"},
+                     {a.gemm1_output, "gemm1_output"},
+                     {a.gemm1_output_scale, "gemm1_output_scale"}});
   const Family f = a.family;
   check_family(f);
   const Device device = a.hidden_states.device;
@@ -303,6 +330,11 @@ GemmDims validate_fc1(const Fc1Args& a) {
 }
 
 int64_t validate_requant(const RequantArgs& a) {
+  core::check_given({{a.gemm1_output, "gemm1_output"},
+                     {a.expanded_idx_to_permuted_idx, "expanded_idx_to_permuted_idx"},
+                     {a.output, "output"},
+                     {a.output_scale, "output_scale"},
+                     {a.per_token_scale, "per_token_scale"}});
   check_defined(a.gemm1_output, "gemm1_output");
   const Device device = a.gemm1_output.device;
   check_operand(a.gemm1_output, "gemm1_output", {DType::kBF16}, device);
@@ -333,6 +365,16 @@ int64_t validate_requant(const RequantArgs& a) {
 }
 
 GemmDims validate_fc2(const Fc2Args& a) {
+  core::check_given({{a.gemm2_input, "gemm2_input"},
+                     {a.gemm2_input_scale, "gemm2_input_scale"},
+                     {a.gemm2_weights, "gemm2_weights"},
+                     {a.gemm2_weights_scale, "gemm2_weights_scale"},
+                     {a.output2_scale_scalar, "output2_scale_scalar"},
+                     {a.per_token_scale, "per_token_scale"},
+                     {a.cta_idx_xy_to_batch_idx, "cta_idx_xy_to_batch_idx"},
+                     {a.cta_idx_xy_to_mn_limit, "cta_idx_xy_to_mn_limit"},
+                     {a.num_non_exiting_ctas, "num_non_exiting_ctas"},
+                     {a.gemm2_output, "gemm2_output"}});
   const Family f = a.family;
   check_family(f);
   check_defined(a.gemm2_input, "gemm2_input");
@@ -369,6 +411,11 @@ GemmDims validate_fc2(const Fc2Args& a) {
 }
 
 int64_t validate_finalize(const FinalizeArgs& a) {
+  core::check_given({{a.gemm2_output, "gemm2_output"},
+                     {a.expert_weights, "expert_weights"},
+                     {a.expanded_idx_to_permuted_idx, "expanded_idx_to_permuted_idx"},
+                     {a.total_num_padded_tokens, "total_num_padded_tokens"},
+                     {a.output, "output"}});
   check_defined(a.gemm2_output, "gemm2_output");
   const Device device = a.gemm2_output.device;
   check_operand(a.gemm2_output, "gemm2_output", {DType::kBF16}, device);
