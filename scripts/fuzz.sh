@@ -4,10 +4,12 @@
 # the corpus). Any crash, sanitizer report, hang or escaped non-cakemoe exception fails the run
 # and leaves the input in <build>/fuzz/crashes/.
 #
-#   scripts/fuzz.sh [--seconds N] [--driver auto|libfuzzer|plain] [--build DIR] [--no-build]
-#                   [-- extra driver arguments...]
+#   scripts/fuzz.sh [--seconds N] [--seed N] [--driver auto|libfuzzer|plain] [--build DIR]
+#                   [--no-build] [-- extra driver arguments...]
 #
 # --seconds N   fuzzing time after the corpus replay (default 60; e.g. 3600 for a long run)
+# --seed N      the mutation seed (N >= 1; default: a new one each run); a seeded run tries the
+#               same inputs each time, up to where its time runs out (CI uses one)
 # --driver      auto (default): libFuzzer when the build has it (clang), else the plain driver
 # --build DIR   build folder (default $CAKEMOE_FUZZ_BUILD_DIR or build-fuzz); configured CPU-only
 #               with CAKEMOE_SANITIZE=address,undefined and CAKEMOE_BUILD_FUZZ=ON, compiler $CXX
@@ -19,6 +21,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 seconds=60
+seed=0
 driver=auto
 build="${CAKEMOE_FUZZ_BUILD_DIR:-$CAKEMOE_ROOT/build-fuzz}"
 do_build=1
@@ -26,6 +29,7 @@ extra=()
 while (($# > 0)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
+    --seed) seed="$2"; shift 2 ;;
     --driver) driver="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --no-build) do_build=0; shift ;;
@@ -36,6 +40,10 @@ while (($# > 0)); do
 done
 if ! [[ "$seconds" =~ ^[0-9]+$ ]]; then
   cakemoe_log "--seconds needs a whole number, not '$seconds'"
+  exit 2
+fi
+if ! [[ "$seed" =~ ^[0-9]+$ ]]; then
+  cakemoe_log "--seed needs a whole number, not '$seed'"
   exit 2
 fi
 
@@ -96,10 +104,12 @@ cakemoe_log "replaying the seed corpus ($seeds)"
 start=$SECONDS
 cakemoe_log "fuzzing for $seconds s with the $driver driver"
 if [[ "$driver" == libfuzzer ]]; then
+  ((seed > 0)) && extra=(-seed="$seed" "${extra[@]}")
   "$libfuzzer" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=3072 -malloc_limit_mb=2048 \
     -max_len=512 -print_final_stats=1 -artifact_prefix="$work/crashes/" \
     "${extra[@]}" "$work/corpus" "$seeds" || report_failure
 else
+  ((seed > 0)) && extra=(--seed "$seed" "${extra[@]}")
   "$replay" --seconds "$seconds" --timeout 20 --crash-dir "$work/crashes" "${extra[@]}" \
     "$seeds" "$work/corpus" || report_failure
 fi
