@@ -54,5 +54,13 @@ inline void require_in_range(int64_t v, int64_t lo, int64_t hi, const std::strin
   }
 }
 
+/// The smallest power of two >= v, for 1 <= v <= `cap` (a power of two); `cap` above it. The cap
+/// keeps the loop finite and the result in range for any v.
+constexpr int64_t next_pow2_capped(int64_t v, int64_t cap) {
+  int64_t p = 1;
+  while (p < v && p < cap) p <<= 1;
+  return p;
+}
+
 }  // namespace core
 }  // namespace cakemoe

@@ -35,9 +35,7 @@ std::atomic<int64_t> g_measurements{0};
 int64_t token_bucket(int64_t num_tokens) {
   core::require(num_tokens >= 1 && num_tokens <= kMaxNumTokens, "num_tokens",
                 "must be in [1, 2^20]");
-  int64_t bucket = 1;
-  while (bucket < num_tokens) bucket <<= 1;
-  return bucket;
+  return core::next_pow2_capped(num_tokens, kMaxNumTokens);  // 2^20: a power of two
 }
 
 CacheKey make_key(const ProblemDesc& problem, int capability, int sm_count) {

@@ -14,13 +14,6 @@ namespace cakemoe {
 namespace stepfun {
 namespace {
 
-/// The smallest power of two >= v, for 1 <= v <= `cap` (a power of two); `cap` above it.
-int64_t next_pow2_capped(int64_t v, int64_t cap) {
-  int64_t p = 1;
-  while (p < v && p < cap) p <<= 1;
-  return p;
-}
-
 void validate_problem(const ProblemDesc& p) {
   check_family(p.family);
   core::require(p.num_tokens > 0, "num_tokens", "must be > 0");
@@ -65,7 +58,7 @@ std::vector<Plan> plans_for(const ProblemDesc& problem) {
   const int64_t pairs = core::checked_mul(problem.num_tokens, problem.top_k, "num_tokens", "T * K");
   const int64_t avg = (pairs + problem.local_num_experts - 1) / problem.local_num_experts;
   const int64_t center =
-      std::clamp<int64_t>(next_pow2_capped(avg, ladder.back()), ladder.front(), ladder.back());
+      std::clamp<int64_t>(core::next_pow2_capped(avg, ladder.back()), ladder.front(), ladder.back());
   const auto center_it = std::find(ladder.begin(), ladder.end(), static_cast<int>(center));
   const int64_t c = center_it - ladder.begin();
   std::vector<Plan> plans;
