@@ -23,21 +23,6 @@ using core::require;
 /// planned buffers, before anything is allocated). Returns the dimensions of the weights.
 GemmDims validate_layer(const MoeArgs& a) {
   check_family(a.family);
-  core::check_given({{a.hidden_states, "hidden_states"},
-                     {a.hidden_states_scale, "hidden_states_scale"},
-                     {a.gemm1_weights, "gemm1_weights"},
-                     {a.gemm1_weights_scale, "gemm1_weights_scale"},
-                     {a.output1_scale_scalar, "output1_scale_scalar"},
-                     {a.output1_scale_gate_scalar, "output1_scale_gate_scalar"},
-                     {a.gemm1_clamp_limit, "gemm1_clamp_limit"},
-                     {a.per_token_scale, "per_token_scale"},
-                     {a.gemm2_weights, "gemm2_weights"},
-                     {a.gemm2_weights_scale, "gemm2_weights_scale"},
-                     {a.output2_scale_scalar, "output2_scale_scalar"},
-                     {a.routing_logits, "routing_logits"},
-                     {a.topk_ids, "topk_ids"},
-                     {a.topk_weights, "topk_weights"},
-                     {a.output, "output"}});
   core::check_defined(a.hidden_states, "hidden_states");
   core::check_ndim(a.hidden_states, "hidden_states", 2);
   const int64_t t = a.hidden_states.shape[0];
