@@ -4,7 +4,8 @@
 #
 #   scripts/gpu-check.sh OUTDIR [--sanitize[=FILTER]] [--no-bench] [--no-tests] [--no-run]
 #
-# Configures with CAKEMOE_KERNELS=all, builds, runs ctest -L cpu and -L gpu, the portable GPU
+# Configures with CAKEMOE_KERNELS=all, builds, runs ctest -L cpu and -L gpu (CAKEMOE_GPU_TEST_JOBS
+# at a time, default 8), the portable GPU
 # tests again from compute_80 PTX (CUDA_FORCE_PTX_JIT=1), `cakemoe run`,
 # every bench/bench_* binary, and (with --sanitize) test_gpu under compute-sanitizer memcheck,
 # racecheck and synccheck on a reduced filter (default: GPU tests named *Small* or *Tiny*, else
@@ -46,6 +47,9 @@ out="$(cd "$out" && pwd)"
 build="${CAKEMOE_BUILD_DIR:-$CAKEMOE_ROOT/build-gpu}"
 jobs="${CAKEMOE_JOBS:-$(nproc)}"
 budget="${CAKEMOE_GPU_CHECK_BUDGET:-570}"
+# GPU tests side by side (their time is mostly the host oracle; tests/CMakeLists.txt runs the
+# free-memory checks alone).
+gpu_jobs="${CAKEMOE_GPU_TEST_JOBS:-8}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 export CAKEMOE_WITH_CUDA=ON
@@ -158,7 +162,7 @@ if ((do_tests && built)); then
     ctest --test-dir "$build" -L cpu --output-on-failure -j "$jobs" --timeout 240
   finish "ctest cpu" "$(ctest_detail)"
   run_step "ctest gpu" "$out/test.log" 300 \
-    ctest --test-dir "$build" -L gpu --output-on-failure --timeout 240
+    ctest --test-dir "$build" -L gpu --output-on-failure --timeout 240 -j "$gpu_jobs"
   if grep -q 'No tests were found' "$tmp/last.log"; then
     last_status=skip
     record "ctest gpu" skip "$last_secs" "no tests labelled gpu were built"

@@ -12,6 +12,9 @@ namespace core {
 
 inline void cuda_check(cudaError_t status, const char* call, const char* file, int line) {
   if (status != cudaSuccess) {
+    // NOTE: a failing call also leaves its error as the thread's last error; a non-sticky one
+    // would then be reported again by the next unrelated cudaGetLastError() (a later launch).
+    cudaGetLastError();
     throw CudaError(call, std::string(cudaGetErrorName(status)) + " (" +
                               cudaGetErrorString(status) + ") at " + file + ":" +
                               std::to_string(line));

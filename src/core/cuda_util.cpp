@@ -96,6 +96,7 @@ namespace {
 int cuda_device_count() { return 0; }
 int cuda_capability(int) { no_cuda(); }
 int cuda_sm_count(int) { no_cuda(); }
+bool cuda_native_code_loads(int) { no_cuda(); }
 bool cuda_stream_capturing(Stream) { return false; }
 void cuda_stream_sync(Stream) {}
 void copy_tensor(const TensorView& dst, const TensorView& src, Stream) {

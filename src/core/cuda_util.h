@@ -14,6 +14,10 @@ int cuda_device_count();
 int cuda_capability(int device_index);
 /// Streaming multiprocessors of the device.
 int cuda_sm_count(int device_index);
+/// True when this build's native code (sm_90a, sm_100a, sm_103a) loads on the device: false on
+/// other compute capabilities and when the driver ignores SASS (CUDA_FORCE_PTX_JIT=1), where
+/// only units that carry compute_80 PTX run. Probed once per device.
+bool cuda_native_code_loads(int device_index);
 /// True when `stream` is being captured into a CUDA graph.
 bool cuda_stream_capturing(Stream stream);
 /// Waits for `stream` (tests and one-shot helpers only; never called inside a launch()).

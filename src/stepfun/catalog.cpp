@@ -57,9 +57,13 @@ const char* stage_name(Stage stage) {
 Arch arch_of(Device device) {
   if (device.type == DeviceType::kCPU) return Arch::kCpu;
   const int cc = core::cuda_capability(device.index);
-  if (cc == 90) return Arch::kSm90;
-  if (cc == 100) return Arch::kSm100;
-  if (cc == 103) return Arch::kSm103;
+  // A device whose native code this build has but the driver does not load (forced PTX JIT)
+  // runs the compute_80 PTX like any other device.
+  const bool native = (cc == 90 || cc == 100 || cc == 103) &&
+                      core::cuda_native_code_loads(device.index);
+  if (native && cc == 90) return Arch::kSm90;
+  if (native && cc == 100) return Arch::kSm100;
+  if (native && cc == 103) return Arch::kSm103;
   if (cc >= 80) return Arch::kPortable;
   throw Unsupported("device", "cakemoe needs a CUDA device of compute capability >= 8.0, got " +
                                   std::to_string(cc / 10) + "." + std::to_string(cc % 10));

@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/cuda_util.h"
 #include "core/kernel_registry.h"
+#include "stepfun/catalog.h"
 #include "stepfun/cuda_stages.h"
 #include "stepfun/routing_params.h"
 
@@ -25,7 +26,7 @@ constexpr int64_t kMinChunkSize = 512;  ///< expanded indices per chunk (warp) w
 
 template <typename Launcher>
 Launcher find_launcher(const char* stage, Device device) {
-  const bool sm90 = core::cuda_capability(device.index) == 90;
+  const bool sm90 = arch_of(device) == Arch::kSm90;
   const core::KernelUnit* unit = core::find_kernel_unit("stepfun", stage, "", 0, sm90);
   if (unit == nullptr) {
     throw Unsupported("device", std::string("this build has no CUDA kernel unit for the StepFun ") +
