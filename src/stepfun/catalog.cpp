@@ -54,19 +54,26 @@ const char* stage_name(Stage stage) {
   return "?";
 }
 
-Arch arch_of(Device device) {
-  if (device.type == DeviceType::kCPU) return Arch::kCpu;
-  const int cc = core::cuda_capability(device.index);
-  // A device whose native code this build has but the driver does not load (forced PTX JIT)
-  // runs the compute_80 PTX like any other device.
-  const bool native = (cc == 90 || cc == 100 || cc == 103) &&
-                      core::cuda_native_code_loads(device.index);
-  if (native && cc == 90) return Arch::kSm90;
-  if (native && cc == 100) return Arch::kSm100;
-  if (native && cc == 103) return Arch::kSm103;
+bool has_native_code(int compute_capability) {
+  return compute_capability == 90 || compute_capability == 100 || compute_capability == 103;
+}
+
+Arch arch_for(int compute_capability, bool native_code_loads) {
+  const int cc = compute_capability;
+  // NOTE: a device whose native code this build has but whose driver does not load it (a forced
+  // PTX JIT) runs the compute_80 PTX like any other device.
+  if (has_native_code(cc) && native_code_loads) {
+    return cc == 90 ? Arch::kSm90 : cc == 100 ? Arch::kSm100 : Arch::kSm103;
+  }
   if (cc >= 80) return Arch::kPortable;
   throw Unsupported("device", "cakemoe needs a CUDA device of compute capability >= 8.0, got " +
                                   std::to_string(cc / 10) + "." + std::to_string(cc % 10));
+}
+
+Arch arch_of(Device device) {
+  if (device.type == DeviceType::kCPU) return Arch::kCpu;
+  const int cc = core::cuda_capability(device.index);
+  return arch_for(cc, has_native_code(cc) && core::cuda_native_code_loads(device.index));
 }
 
 namespace {

@@ -25,7 +25,14 @@ struct KernelUnit {
 const char* stage_name(Stage stage);
 /// The dense tile ladder every family supports (spec §8 DECISION).
 const std::vector<int>& tile_ladder();
-/// The arch a device runs (kCpu for the CPU backend). Throws Unsupported for unknown devices.
+/// True for the compute capabilities this build carries native code for (9.0, 10.0, 10.3).
+bool has_native_code(int compute_capability);
+/// The arch a CUDA device of `compute_capability` runs: its own when it has native code in this
+/// build and the driver loads it, else kPortable (the compute_80 PTX) from 8.0 on. Throws
+/// Unsupported below 8.0.
+Arch arch_for(int compute_capability, bool native_code_loads);
+/// The arch a device runs (kCpu for the CPU backend; CUDA devices through arch_for with a probe
+/// of the native code). Throws Unsupported for unknown devices.
 Arch arch_of(Device device);
 /// The unit for (stage, family, tile) on `arch`, or nullptr: the preferred one (on SM90 a Hopper
 /// unit before the portable one).
