@@ -28,8 +28,9 @@ cakemoe_log "configure + build: $((built - start)) s"
 cd "$build"
 ctest -L cpu --output-on-failure -j "$jobs" --timeout 900 "$@"
 if [[ "$(cakemoe_with_cuda)" == ON ]] && cakemoe_has_gpu; then
-  # One GPU: run its tests one at a time.
-  ctest -L gpu --output-on-failure --timeout 900 "$@"
+  # Side by side: their time is mostly the host oracle; the free-memory check runs alone
+  # (RUN_SERIAL, tests/CMakeLists.txt).
+  ctest -L gpu --output-on-failure --timeout 900 -j "${CAKEMOE_GPU_TEST_JOBS:-4}" "$@"
 else
   cakemoe_log "no CUDA device (or a build without CUDA): GPU tests not run"
 fi
