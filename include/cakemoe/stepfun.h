@@ -261,8 +261,10 @@ size_t autotune_cache_size();
 /// Forgets every autotuned choice: the next autotuned prepare of each shape measures again.
 void clear_autotune_cache();
 
-/// A prepared layer: owns every intermediate buffer; `launch()` allocates nothing, never syncs the
-/// host and can be captured in a CUDA graph. Valid for the T it was prepared with.
+/// A prepared layer: owns every intermediate buffer, zero-filled once at prepare (which waits for
+/// that fill); `launch()` allocates nothing, never syncs the host and can be captured in a CUDA
+/// graph. Valid for the T it was prepared with. Rows a launch does not route to (padding) keep
+/// zeros or what an earlier launch left there.
 class StepFunMoeLaunch {
  public:
   class Impl;

@@ -283,6 +283,12 @@ StepFunMoeLaunch prepare_stepfun_moe(const MoeArgs& a) {
       bind_stages(a, plan, dims, [owner, device](const std::vector<int64_t>& shape, DType dtype) {
         return owner->alloc(shape, dtype, device).view();
       });
+  // NOTE: the kernels write only valid rows; padded rows (and the tails of scale layouts) are
+  // never written, yet a caller may copy them out (do_finalize = false hands out gemm2_output
+  // whole). Zero-filled once here, nothing in the layer's memory is ever uninitialized (clean
+  // under compute-sanitizer initcheck). Synchronous: launches may come on any stream.
+  for (const Tensor& buffer : impl->buffers) core::fill_bytes(buffer, 0, nullptr);
+  if (device.type == DeviceType::kCUDA) core::cuda_stream_sync(nullptr);
   impl->stages.push_back(prepare_routing(s.r));
   impl->stages.push_back(prepare_fc1(s.f1));
   if (s.has_requant) impl->stages.push_back(prepare_requant(s.q));

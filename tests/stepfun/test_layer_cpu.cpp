@@ -2,6 +2,7 @@
 // plus do_finalize=false, precomputed routing and per-stage launches matching the one-shot.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "cakemoe/stepfun.h"
@@ -96,6 +97,31 @@ TEST(Layer, OneShotEqualsPreparedAndDoFinalizeFalseRecombines) {
   fin.num_experts = data.config.num_experts;
   finalize(fin);
   EXPECT_EQ(std::memcmp(output.data(), one_shot[0].data(), output.nbytes()), 0);
+}
+
+TEST(Layer, PreparedBuffersStartZeroed) {
+  // Padded rows are never written by a launch but are handed out with do_finalize = false.
+  const ref::LayerData data = ref::make_layer(small_case(Family::kBF16));
+  MoeArgs args = ref::layer_args(data);
+  args.do_finalize = false;
+  {
+    // A launched layer freed first: the next prepare's buffers may reuse its dirty memory.
+    const StepFunMoeLaunch earlier = prepare_stepfun_moe(args);
+    earlier.launch();
+  }
+  const StepFunMoeLaunch partial = prepare_stepfun_moe(args);
+  const std::vector<TensorView> outs = partial.outputs();
+  ASSERT_EQ(outs.size(), 3u);
+  for (const TensorView& v : outs) {
+    const auto* bytes = static_cast<const unsigned char*>(v.data);
+    const size_t nonzero = static_cast<size_t>(
+        std::count_if(bytes, bytes + v.nbytes(), [](unsigned char b) { return b != 0; }));
+    EXPECT_EQ(nonzero, 0u) << v.describe();
+  }
+  partial.launch();
+  // A launch writes the routed rows: the result is not all zero any more.
+  const auto* y = static_cast<const unsigned char*>(outs[0].data);
+  EXPECT_TRUE(std::any_of(y, y + outs[0].nbytes(), [](unsigned char b) { return b != 0; }));
 }
 
 TEST(Layer, RoutedScalingFactorScalesTheOutput) {
