@@ -31,9 +31,13 @@ GemmDims validate_layer(const MoeArgs& a) {
   require(a.routing_logits.defined() != a.topk_ids.defined(), "routing_logits",
           "exactly one of routing_logits and topk_ids must be given");
   const TensorView& routing_input = a.routing_logits.defined() ? a.routing_logits : a.topk_ids;
-  core::check_ndim(routing_input, a.routing_logits.defined() ? "routing_logits" : "topk_ids", 2);
-  require(routing_input.shape[0] == t, a.routing_logits.defined() ? "routing_logits" : "topk_ids",
+  const char* routing_name = a.routing_logits.defined() ? "routing_logits" : "topk_ids";
+  core::check_ndim(routing_input, routing_name, 2);
+  require(routing_input.shape[0] == t, routing_name,
           "must have one row per token of hidden_states (" + std::to_string(t) + ")");
+  // NOTE: the routing stage measures its buffers against its input's device; the layer's own
+  // buffers live on hidden_states' device, so a routing input elsewhere must be named here.
+  core::check_device(routing_input, routing_name, a.hidden_states.device);
   if (a.routing_logits.defined()) {
     core::check_absent(a.topk_weights, "topk_weights",
                        "with routing_logits the router computes the weights");

@@ -127,6 +127,21 @@ TEST(LayerBounds, SecondWeightsAreCrossCheckedAndNamed) {
   expect_error([&] { prepare_stepfun_moe(bad); }, "gemm2_weights");
 }
 
+TEST(LayerBounds, ARoutingInputOnAnotherDeviceIsNamed) {
+  // The routing stage measures the layer's buffers against its input's device, so a routing input
+  // away from hidden_states was blamed on the layer's own topk_weights buffer.
+  const ref::LayerData data = small_layer();
+  MoeArgs bad = ref::layer_args(data);
+  const TensorView logits = bad.routing_logits;
+  bad.routing_logits = TensorView(logits.data, logits.dtype, logits.sizes(), Device::cuda(0));
+  expect_error([&] { prepare_stepfun_moe(bad); }, "routing_logits");
+  expect_error([&] { stepfun_moe(bad); }, "routing_logits");
+  bad.routing_logits = TensorView();
+  bad.topk_ids = TensorView(logits.data, DType::kInt32, {logits.shape[0], 2}, Device::cuda(0));
+  bad.topk_weights = TensorView(logits.data, DType::kFP32, {logits.shape[0], 2});
+  expect_error([&] { prepare_stepfun_moe(bad); }, "topk_ids");
+}
+
 TEST(LayerBounds, LocalExpertsRunWithExactFc1Rows) {
   ref::LayerCase c;
   c.family = Family::kNVFP4BF16Tok;
