@@ -6,6 +6,8 @@
 #   3. a fixed-time fuzz run of the public API (scripts/fuzz.sh: libFuzzer with clang, else the
 #      plain driver), seeded (CAKEMOE_FUZZ_SEED, default 1: a gate that tries the same inputs
 #      on every run).
+# Steps 2 and 3 run in strict mode (CAKEMOE_FUZZ_STRICT, default 1 here): a call that returns
+# normally although one of its views was malformed fails too.
 # Every step runs; the script fails when any of them does.
 #
 #   scripts/sanitize.sh [--fuzz-seconds N]     (default 90)
@@ -42,6 +44,7 @@ cakemoe_log "sanitizer build: $((built - start)) s"
 
 # NOTE: leaks fail too; the fuzz drivers also report allocations over 2 GiB (fuzz_one.cpp).
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
+export CAKEMOE_FUZZ_STRICT="${CAKEMOE_FUZZ_STRICT:-1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 failed=()
 step() {

@@ -56,7 +56,13 @@ struct TensorView {
   TensorView(void* data, DType dtype, const std::vector<int64_t>& shape,
              const std::vector<int64_t>& strides, Device device = Device::cpu());
 
-  bool defined() const { return ndim > 0 || data != nullptr; }
+  /// False only for an absent view, exactly as TensorView() makes it (ndim 0, null data, default
+  /// dtype and device). Any other view is given and validated as such: a negative ndim or an
+  /// out-of-range dtype with null data is an error, not an absence.
+  bool defined() const {
+    return ndim != 0 || data != nullptr || dtype != DType::kUInt8 ||
+           device.type != DeviceType::kCPU || device.index != 0;
+  }
   int64_t size(int dim) const;  ///< negative dims count from the end
   int64_t stride(int dim) const;
   int64_t numel() const;

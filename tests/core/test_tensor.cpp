@@ -27,6 +27,26 @@ TEST(TensorView, AbsentViewIsNotDefined) {
   EXPECT_EQ(v.numel(), 0);
 }
 
+TEST(TensorView, OnlyTheDefaultViewIsAbsent) {
+  // Strict fuzzing: views with null data but a negative ndim or a rewritten dtype / device read
+  // as absent and were never validated. They are given (and then rejected by validation).
+  TensorView v;
+  v.ndim = -2;
+  EXPECT_TRUE(v.defined());
+  EXPECT_THROW(core::check_view(v, "v"), InvalidArgument);
+  v = TensorView();
+  v.dtype = static_cast<DType>(49);
+  EXPECT_TRUE(v.defined());
+  EXPECT_THROW(core::check_view(v, "v"), InvalidArgument);
+  v = TensorView();
+  v.device = Device::cuda(0);
+  EXPECT_TRUE(v.defined());
+  v = TensorView();
+  v.device.index = 3;
+  EXPECT_TRUE(v.defined());
+  EXPECT_FALSE(TensorView().defined());
+}
+
 TEST(Tensor, EmptyAllocatesHostMemory) {
   Tensor t = Tensor::empty({3, 5}, DType::kBF16);
   ASSERT_NE(t.data(), nullptr);

@@ -218,6 +218,22 @@ TEST(StageBounds, NullDataAndNegativeSizesAreRejected) {
   expect_error([&] { prepare_finalize(fin); }, "num_experts");
 }
 
+TEST(StageBounds, AMalformedViewTheModeIgnoresIsNamed) {
+  // Precomputed ids make topk_packed unused; a malformed one is still an error, also when its
+  // null data and negative ndim once made it read as absent.
+  Chain c;
+  RoutingArgs r = c.r;
+  r.routing_logits = TensorView();
+  r.topk_ids = TensorView(c.r.topk_packed.data, DType::kInt32, {kT, kK});
+  r.topk_weights = c.r.topk_weights;
+  r.topk_packed = TensorView();
+  r.topk_packed.ndim = -3;
+  expect_error([&] { prepare_routing(r); }, "topk_packed");
+  r.topk_packed = TensorView();
+  r.topk_packed.dtype = static_cast<DType>(49);
+  expect_error([&] { prepare_routing(r); }, "topk_packed");
+}
+
 TEST(StageBounds, InvalidFamilyIsNamed) {
   Chain c;
   Fc1Args f1 = c.f1;
