@@ -199,6 +199,8 @@ DeviceFacts query_cuda_device(Device device) {
   DeviceFacts facts;
   facts.capability = Capability{cc / 10, cc % 10};
   facts.num_sms = core::cuda_sm_count(device.index);
+  facts.native_code_loads = arch_from_capability(cc / 10, cc % 10) == Arch::kOther ||
+                            core::cuda_native_code_loads(device.index);
   return facts;
 }
 

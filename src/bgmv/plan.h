@@ -85,6 +85,9 @@ bool select_order_remap(int64_t num_pairs, int64_t num_tokens, int64_t num_loras
 
 struct SupportQuery {
   std::optional<Capability> capability;  ///< absent: the device rule is skipped (CPU backend)
+  /// False when the driver does not load this build's native code on the device although its
+  /// capability is SM90 / SM100 / SM103 (CUDA_FORCE_PTX_JIT=1): the Cake units cannot run there.
+  bool native_code_loads = true;
   int64_t num_slices = 1;
   int64_t rank = 0;
   int64_t hidden = 0;

@@ -78,6 +78,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
 struct DeviceFacts {
   Capability capability;
   int num_sms = 0;
+  bool native_code_loads = true;  ///< core::cuda_native_code_loads (capability 9.0 / 10.0 / 10.3)
 };
 DeviceFacts query_cuda_device(Device device);
 /// Whether this build has the specialized kernel unit of `hidden` (rank 32; false without CUDA).

@@ -116,6 +116,11 @@ CakeSupport cake_support(const SupportQuery& q) {
                           std::to_string(q.capability->major) + ", " +
                           std::to_string(q.capability->minor) + ")"};
   }
+  if (q.capability && !q.native_code_loads) {
+    return {"device", prefix +
+                          "needs this build's native sm_90a / sm_100a / sm_103a code, which the "
+                          "driver does not load on this device (CUDA_FORCE_PTX_JIT set?)"};
+  }
   if (q.num_slices != 1) {
     return {"lora_a_weights",
             prefix + "requires exactly one LoRA slice, got " + std::to_string(q.num_slices)};

@@ -71,7 +71,11 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     const Tensor host_loras = core::copy_to(lora_indices, Device::cpu());
     validate_index_ranges(s, host_experts, host_loras);
     query.capability = facts.capability;
-    arch = arch_from_capability(facts.capability.major, facts.capability.minor);
+    query.native_code_loads = facts.native_code_loads;
+    // A device that loads only PTX runs the portable pair from it, like any other device.
+    arch = facts.native_code_loads
+               ? arch_from_capability(facts.capability.major, facts.capability.minor)
+               : Arch::kOther;
     num_sms = facts.num_sms;
   }
   // Rule 13.

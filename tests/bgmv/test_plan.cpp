@@ -167,6 +167,12 @@ TEST(BgmvPlanSupport, ReasonsInSpecOrder) {
   EXPECT_EQ(cake_support(q).argument, "device");
   q.capability = Capability{10, 1};
   EXPECT_FALSE(cake_support(q).supported());
+  // SM90 whose driver ignores the native code (CUDA_FORCE_PTX_JIT=1): the portable path.
+  q.capability = Capability{9, 0};
+  q.native_code_loads = false;
+  EXPECT_EQ(cake_support(q).argument, "device");
+  EXPECT_NE(cake_support(q).reason.find("does not load"), std::string::npos);
+  q.native_code_loads = true;
   q.capability.reset();
   // Every later rule broken at once: the first one in §9 order wins, then the next, ...
   q.num_slices = 2;
