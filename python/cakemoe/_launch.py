@@ -45,7 +45,9 @@ class StepFunMoeLaunch:
     graph (``torch.cuda.graph``); ``outputs()`` are the same arrays after every launch. Valid for
     the token count T it was prepared with. The intermediates (and a default ``output``) are
     allocated by cakemoe (cudaMalloc on CUDA, not torch's caching allocator) and freed when the
-    launch is garbage collected; pass ``output`` to write into a tensor of yours.
+    launch is garbage collected; pass ``output`` to write into a tensor of yours. They are
+    zero-filled once when the layer is prepared (prepare waits for that fill), so rows no launch
+    routes to read as zeros or as an earlier launch left them.
     """
 
     def __init__(self, core, arrays, ref):
