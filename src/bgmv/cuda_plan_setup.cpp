@@ -38,7 +38,7 @@ const core::KernelUnit& unit_or_throw(const std::string& stage, const std::strin
 
 Tensor device_zeros(const std::vector<int64_t>& shape, DType dtype, Device device) {
   Tensor t = Tensor::empty(shape, dtype, device);
-  zero_synchronously(t);
+  core::zero_synchronously({t});
   return t;
 }
 
@@ -199,14 +199,8 @@ DeviceFacts query_cuda_device(Device device) {
   DeviceFacts facts;
   facts.capability = Capability{cc / 10, cc % 10};
   facts.num_sms = core::cuda_sm_count(device.index);
-  facts.native_code_loads = arch_from_capability(cc / 10, cc % 10) == Arch::kOther ||
-                            core::cuda_native_code_loads(device.index);
+  facts.native_code_loads = core::cuda_native_code_loads(device.index);
   return facts;
-}
-
-void zero_synchronously(const Tensor& t) {
-  core::fill_bytes(t, 0, nullptr);
-  if (t.device().type == DeviceType::kCUDA) core::cuda_stream_sync(nullptr);
 }
 
 void setup_cuda_plan(BgmvPlan::Impl& impl, Arch arch) {

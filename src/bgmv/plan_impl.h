@@ -78,13 +78,11 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
 struct DeviceFacts {
   Capability capability;
   int num_sms = 0;
-  bool native_code_loads = true;  ///< core::cuda_native_code_loads (capability 9.0 / 10.0 / 10.3)
+  bool native_code_loads = true;  ///< core::cuda_native_code_loads
 };
 DeviceFacts query_cuda_device(Device device);
 /// Whether this build has the specialized kernel unit of `hidden` (rank 32; false without CUDA).
 bool specialized_unit_built(int64_t hidden);
-/// Sets every byte of a workspace to 0 and waits (prepare only).
-void zero_synchronously(const Tensor& t);
 /// Builds impl.cuda (launch operands, device workspaces) for a CUDA plan whose choice, shape,
 /// bound tensors, y_accum / shrink_out and route index are set (cuda_plan_setup.cpp).
 void setup_cuda_plan(BgmvPlan::Impl& impl, Arch arch);

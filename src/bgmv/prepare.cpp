@@ -143,7 +143,7 @@ std::shared_ptr<BgmvPlan::Impl> prepare_impl(
     // spec §3.3: allocated zeroed once at prepare, never reset afterwards.
     impl->owned_route_index =
         Tensor::empty({route_index_layout(s.num_tokens).total_words}, DType::kInt32, s.device);
-    zero_synchronously(impl->owned_route_index);
+    core::zero_synchronously({impl->owned_route_index});
     impl->route_index = impl->owned_route_index.view();
   }
   if (!on_cpu) setup_cuda_plan(*impl, arch);

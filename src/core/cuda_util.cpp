@@ -118,5 +118,14 @@ void fill_bytes(const TensorView& t, int byte, Stream) {
 
 #endif
 
+void zero_synchronously(const std::vector<Tensor>& tensors) {
+  bool on_cuda = false;
+  for (const Tensor& t : tensors) {
+    fill_bytes(t, 0, nullptr);
+    on_cuda = on_cuda || t.device().type == DeviceType::kCUDA;
+  }
+  if (on_cuda) cuda_stream_sync(nullptr);
+}
+
 }  // namespace core
 }  // namespace cakemoe

@@ -3,6 +3,8 @@
 // a build without CUDA each function throws Unsupported (device_count returns 0).
 #pragma once
 
+#include <vector>
+
 #include "cakemoe/tensor.h"
 
 namespace cakemoe {
@@ -29,6 +31,9 @@ void copy_tensor(const TensorView& dst, const TensorView& src, Stream stream = n
 Tensor copy_to(const TensorView& src, Device device);
 /// Sets every byte of `t` to `byte` on `stream`.
 void fill_bytes(const TensorView& t, int byte, Stream stream = nullptr);
+/// Sets every byte of each tensor to 0 and waits for it (prepare-time workspaces: later launches
+/// may come on any stream).
+void zero_synchronously(const std::vector<Tensor>& tensors);
 
 }  // namespace core
 }  // namespace cakemoe

@@ -73,7 +73,7 @@ Arch arch_for(int compute_capability, bool native_code_loads) {
 Arch arch_of(Device device) {
   if (device.type == DeviceType::kCPU) return Arch::kCpu;
   const int cc = core::cuda_capability(device.index);
-  return arch_for(cc, has_native_code(cc) && core::cuda_native_code_loads(device.index));
+  return arch_for(cc, core::cuda_native_code_loads(device.index));
 }
 
 namespace {

@@ -290,9 +290,8 @@ StepFunMoeLaunch prepare_stepfun_moe(const MoeArgs& a) {
   // NOTE: the kernels write only valid rows; padded rows (and the tails of scale layouts) are
   // never written, yet a caller may copy them out (do_finalize = false hands out gemm2_output
   // whole). Zero-filled once here, nothing in the layer's memory is ever uninitialized (clean
-  // under compute-sanitizer initcheck). Synchronous: launches may come on any stream.
-  for (const Tensor& buffer : impl->buffers) core::fill_bytes(buffer, 0, nullptr);
-  if (device.type == DeviceType::kCUDA) core::cuda_stream_sync(nullptr);
+  // under compute-sanitizer initcheck).
+  core::zero_synchronously(impl->buffers);
   impl->stages.push_back(prepare_routing(s.r));
   impl->stages.push_back(prepare_fc1(s.f1));
   if (s.has_requant) impl->stages.push_back(prepare_requant(s.q));
