@@ -14,6 +14,7 @@ FORMS = {
     "WgmmaBf16SS": (16, "bf16.bf16", "desc", True),
     "WgmmaE4m3SS": (32, "e4m3.e4m3", "desc", False),
     "WgmmaBf16RS": (16, "bf16.bf16", "regs", True),
+    "WgmmaF16RS": (16, "f16.f16", "regs", True),
 }
 
 

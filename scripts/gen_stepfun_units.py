@@ -9,6 +9,8 @@ import pathlib
 FAMILY_TILES = {
     "bf16": ("kBF16", (8, 16, 32, 64, 128, 256)),
     "fp8": ("kFP8", (8, 16, 32, 64, 128)),
+    "nvfp4": ("kNVFP4", (8, 16, 32, 64)),
+    "nvfp4_bf16tok": ("kNVFP4BF16Tok", (8, 16, 32, 64)),
 }
 STAGES = {"fc1": ("FC1 + SwiGLUStep (spec §5)", "true"), "fc2": ("FC2 (spec §7.1)", "false")}
 

@@ -17,6 +17,20 @@ CAKEMOE_DEVICE void cp_async_16(void* dst, const void* src, bool valid) {
                : "memory");
 }
 
+/// 4 bytes global -> shared (through L1; `.cg` takes 16 only); `valid` false writes zeros.
+CAKEMOE_DEVICE void cp_async_4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+/// Arrives on `bar` once every cp.async this thread issued before has landed (.noinc: the
+/// barrier's expected count must include this arrival).
+CAKEMOE_DEVICE void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
+               : "memory");
+}
+
 /// cp_async_16 (always valid) with an L2 policy from ptx/cache_hints.cuh's createpolicy_*.
 CAKEMOE_DEVICE void cp_async_16_l2_hint(void* dst, const void* src, uint64_t policy) {
   asm volatile(

@@ -231,7 +231,7 @@ def check_prepare_stepfun_moe(case):
         num_experts=case.E, top_k=case.K, local_expert_offset=1, local_num_experts=2,
         do_finalize=False, **case.activations(), **case.weights("WL"))
     assert layer.plan.family == case.family and layer.plan.tile == case.g.manifest[
-        case.prefix + "tile"]
+        case.prefix + "ids_tile"]
     layer.launch()
     outputs = layer.outputs()
     case.check_list(outputs, "moe_ids_")

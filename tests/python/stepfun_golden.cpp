@@ -357,6 +357,10 @@ void run_family(Golden& g, const Inputs& in, Family f) {
   const std::string p = std::string(family_name(f)) + "_";
   const double a_gs = f == Family::kFP8 ? in.a_gs_fp8 : in.a_gs_nvfp4;
   const Tensor w1 = g.place(in.w1), w2 = g.place(in.w2), hidden = g.place(in.hidden);
+  // NOTE: the argument structs hold views: every placed input lives in a named Tensor here (a
+  // temporary would be freed before the launch reads it, and on CUDA its memory reused).
+  const Tensor logits_fp32 = g.place(in.logits_fp32), topk_ids = g.place(in.topk_ids),
+               topk_weights = g.place(in.topk_weights_bf16);
 
   // Per-family entries: weights, activations, the one-shot and the prepared layer.
   WeightPrepOptions o;
@@ -369,7 +373,7 @@ void run_family(Golden& g, const Inputs& in, Family f) {
   g.write_activations(p + "A_", a);
 
   MoeArgs args = layer_args(f, w, a);
-  args.routing_logits = g.place(in.logits_fp32);
+  args.routing_logits = logits_fp32;
   args.routed_scaling_factor = 1.5;
   g.write_list(p + "moe_logits_", stepfun_moe(args));
 
@@ -380,11 +384,13 @@ void run_family(Golden& g, const Inputs& in, Family f) {
   const StepFunWeights wl = prepare_weights(w1, w2, ol);
   g.write_weights(p + "WL_", wl);
   MoeArgs ids = layer_args(f, wl, a);
-  ids.topk_ids = g.place(in.topk_ids);
-  ids.topk_weights = g.place(in.topk_weights_bf16);
+  ids.topk_ids = topk_ids;
+  ids.topk_weights = topk_weights;
   ids.local_expert_offset = 1;
   ids.do_finalize = false;
   const StepFunMoeLaunch launch = prepare_stepfun_moe(ids);
+  // The prepared layer's own plan: on SM90 its tile follows E_loc (2 here), not the stages' 4.
+  g.note(p + "ids_tile", std::to_string(launch.plan().tile));
   launch.launch();
   if (g.device().type == DeviceType::kCUDA) core::cuda_stream_sync(nullptr);
   const std::vector<TensorView> views = launch.outputs();
@@ -400,15 +406,15 @@ void run_family(Golden& g, const Inputs& in, Family f) {
   const StepFunActivations ac = prepare_activations(c, wc, hidden);
   g.write_activations(p + "AC_", ac);
   MoeInputs inputs = moe_inputs(ac);
-  inputs.routing_logits = g.place(in.logits_fp32);
+  inputs.routing_logits = logits_fp32;
   g.write_list(p + "run_moe_logits_", run_moe(c, wc, inputs));
 
   const MoEConfig cl = config_for(f, true);
   const StepFunWeights wcl = prepare_weights(cl, w1, w2, {}, a_gs);
   g.write_weights(p + "WCL_", wcl);
   MoeInputs ids_inputs = moe_inputs(ac);
-  ids_inputs.topk_ids = g.place(in.topk_ids);
-  ids_inputs.topk_weights = g.place(in.topk_weights_bf16);
+  ids_inputs.topk_ids = topk_ids;
+  ids_inputs.topk_weights = topk_weights;
   g.write_list(p + "run_moe_ids_", run_moe(cl, wcl, ids_inputs));
   std::ostringstream exact;
   exact.precision(17);

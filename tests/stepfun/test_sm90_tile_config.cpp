@@ -56,11 +56,51 @@ TEST(Sm90TileConfig, StagesFitSharedMemory) {
   }
 }
 
-TEST(Sm90TileConfig, UnitsCoverTheSsFamilies) {
+TEST(Sm90TileConfig, UnitsCoverTheSsAndNvfp4Families) {
   EXPECT_TRUE(has_sm90_unit(Family::kBF16, 256));
   EXPECT_TRUE(has_sm90_unit(Family::kFP8, 128));
   EXPECT_FALSE(has_sm90_unit(Family::kFP8, 256));
   EXPECT_FALSE(has_sm90_unit(Family::kBF16, 24));
+  for (Family f : {Family::kNVFP4, Family::kNVFP4BF16Tok}) {
+    EXPECT_TRUE(is_dequant_family(f));
+    for (int tile : {8, 16, 32, 64}) EXPECT_TRUE(has_sm90_unit(f, tile)) << tile;
+    EXPECT_FALSE(has_sm90_unit(f, 128));
+  }
+  EXPECT_FALSE(has_sm90_unit(Family::kMXFP8, 8));
+  EXPECT_FALSE(is_dequant_family(Family::kBF16));
+}
+
+TEST(Sm90TileConfig, DequantStagesFitSharedMemory) {
+  for (int tile : {8, 16, 32, 64}) {
+    EXPECT_GE(dq_stages_for(tile), 3) << tile;
+    EXPECT_LE(2 * (dq_smem_bytes(tile) + 1024), 228 * 1024) << tile;
+    EXPECT_LE(tile * kFc1StageStride * 4, dq_stage_region_bytes(tile)) << tile;
+    EXPECT_LE(tile * kFc2StageStride * 2, dq_stage_region_bytes(tile)) << tile;
+    // The token atoms of a stage stay on the 1024-byte swizzle atom.
+    EXPECT_EQ(tile * kRowBytes % 1024, 0) << tile;
+  }
+}
+
+// Each consumer thread (lane quad q) decodes K elements [32q, 32q + 32) of a stage; word j
+// (elements 32q + 8j + i) becomes pairs (i, i + 4), and pair t feeds k16 step 2j + t / 2 at
+// A-fragment k 2q (t even) or 2q + 8 (t odd) (PTX ISA wgmma m64nNk16 register A fragment).
+// dq_logical_k must place the tokens exactly there, and be a permutation of 0..127.
+TEST(Sm90TileConfig, DequantKOrderMatchesTheAFragment) {
+  std::set<int> seen;
+  for (int q = 0; q < 4; ++q) {
+    for (int j = 0; j < 4; ++j) {
+      for (int i = 0; i < 8; ++i) {
+        const int p = 32 * q + 8 * j + i, t = i % 4;
+        const int step = 2 * j + t / 2;
+        const int expected = 16 * step + (t % 2 ? 8 : 0) + 2 * q + i / 4;
+        EXPECT_EQ(dq_logical_k(p), expected) << p;
+        seen.insert(dq_logical_k(p));
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), 128u);
+  EXPECT_EQ(*seen.begin(), 0);
+  EXPECT_EQ(*seen.rbegin(), 127);
 }
 
 // scripts/gen_stepfun_units.py keeps its own family/tile list: the generated unit files must be

@@ -1,7 +1,8 @@
 // The sm90 FC1 / FC2 kernel (spec stepfun §5, §7.1) and its binder. One CTA = one routing tile x
 // one 128-row weight block; 384 threads: warpgroup 0 produces (warp 0 lane 0 issues the weight
 // TMA, warps 1..3 gather token rows), warpgroups 1 and 2 each multiply 64 weight rows by the
-// tile's tokens with wgmma (mainloop_ss.cuh) and run the stage's epilogue (epilogue.cuh).
+// tile's tokens with wgmma (bf16, fp8: mainloop_ss.cuh; nvfp4 families: mainloop_rs_nvfp4.cuh)
+// and run the stage's epilogue (epilogue.cuh).
 #pragma once
 
 #include <cuda.h>
@@ -12,8 +13,11 @@
 #include <string>
 #include <type_traits>
 
+#include "cakemoe/errors.h"
 #include "core/cuda_check.h"
+#include "formats/layouts.h"
 #include "stepfun/sm90/epilogue.cuh"
+#include "stepfun/sm90/mainloop_rs_nvfp4.cuh"
 #include "stepfun/sm90/mainloop_ss.cuh"
 #include "stepfun/sm90/params.h"
 #include "stepfun/sm90/tile_config.h"
@@ -31,18 +35,65 @@ struct GemmShape {
   int num_k;            ///< stages of 128 bytes of K
 };
 
+/// Bytes of `k` elements of the family's operands (nvfp4 families: packed e2m1).
+template <Family F>
+CAKEMOE_HD constexpr int64_t operand_bytes(int64_t k) {
+  if constexpr (is_dequant_family(F)) {
+    return k / 2;
+  } else {
+    return k * SsOperands<F>::kElemBytes;
+  }
+}
+
+/// Elements of K per pipeline stage.
+template <Family F>
+CAKEMOE_HD constexpr int stage_k() {
+  if constexpr (is_dequant_family(F)) {
+    return kDqStageK;
+  } else {
+    return kRowBytes / SsOperands<F>::kElemBytes;
+  }
+}
+
 template <Family F>
 CAKEMOE_HD GemmShape shape_of(const Fc1Params& p) {
-  const int64_t row_bytes = p.hidden * SsOperands<F>::kElemBytes;
+  const int64_t row_bytes = operand_bytes<F>(p.hidden);
   return {static_cast<const uint8_t*>(p.hidden_states), row_bytes, 2 * p.intermediate,
-          static_cast<int>((row_bytes + kRowBytes - 1) / kRowBytes)};
+          static_cast<int>((p.hidden + stage_k<F>() - 1) / stage_k<F>())};
 }
 
 template <Family F>
 CAKEMOE_HD GemmShape shape_of(const Fc2Params& p) {
-  const int64_t row_bytes = p.intermediate * SsOperands<F>::kElemBytes;
+  const int64_t row_bytes = operand_bytes<F>(p.intermediate);
   return {static_cast<const uint8_t*>(p.input), row_bytes, p.hidden,
-          static_cast<int>((row_bytes + kRowBytes - 1) / kRowBytes)};
+          static_cast<int>((p.intermediate + stage_k<F>() - 1) / stage_k<F>())};
+}
+
+/// The nvfp4 main loop's view of a stage's operands, for `expert`.
+template <Family F>
+CAKEMOE_DEVICE DqOperands dq_operands(const Fc1Params& p, int expert) {
+  const int64_t kb = p.hidden / 16;
+  return {static_cast<const uint8_t*>(p.hidden_states), p.hidden_states_scale, SfLayout::kLinear,
+          p.weights_scale + expert * formats::sf_size_128x4(2 * p.intermediate, kb), p.hidden,
+          static_cast<int>((p.hidden + kDqStageK - 1) / kDqStageK)};
+}
+
+template <Family F>
+CAKEMOE_DEVICE DqOperands dq_operands(const Fc2Params& p, int expert) {
+  const int64_t kb = p.intermediate / 16;
+  return {static_cast<const uint8_t*>(p.input), p.input_scale, p.input_scale_layout,
+          p.weights_scale + expert * formats::sf_size_128x4(p.hidden, kb), p.intermediate,
+          static_cast<int>((p.intermediate + kDqStageK - 1) / kDqStageK)};
+}
+
+/// Dynamic shared memory of a unit.
+template <Family F, int N>
+CAKEMOE_HD constexpr int unit_smem_bytes() {
+  if constexpr (is_dequant_family(F)) {
+    return dq_smem_bytes(N);
+  } else {
+    return smem_bytes(N);
+  }
 }
 
 template <Family F, bool kFc1, int N>
@@ -50,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
     sm90_gemm_kernel(const __grid_constant__ GemmParams<std::conditional_t<kFc1, Fc1Params,
                                                                            Fc2Params>> params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = SmemLayout<N>;
+  using L = std::conditional_t<is_dequant_family(F), DqLayout<N>, SmemLayout<N>>;
   const auto& p = params.p;
   TileWork w;
   if (!tile_work(p.tables, p.num_experts, &w)) return;
@@ -67,9 +118,19 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
 
   // Init barriers and the tile's row sources (-1: a zero row)
   if (tid == 0) {
+    // The stage is full once the TMA thread's bytes and every token writer have arrived.
+    constexpr int kTokenWriters = is_dequant_family(F) ? kDqConvertThreads : kGatherThreads;
     for (int s = 0; s < L::kStages; ++s) {
-      ptx::mbarrier_init(&full[s], 1 + kGatherThreads);
+      ptx::mbarrier_init(&full[s], 1 + kTokenWriters);
       ptx::mbarrier_init(&empty[s], kConsumerWarps);
+    }
+    if constexpr (is_dequant_family(F)) {
+      for (int s = 0; s < DqLayout<N>::kRing; ++s) {
+        ptx::mbarrier_init(reinterpret_cast<uint64_t*>(smem + DqLayout<N>::kRingFull) + s,
+                           kDqCopyThreads);
+        ptx::mbarrier_init(reinterpret_cast<uint64_t*>(smem + DqLayout<N>::kRingEmpty) + s,
+                           kDqConvertThreads);
+      }
     }
     ptx::fence_barrier_init();
   }
@@ -90,17 +151,32 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
 
   if (tid < 128) {
     // Producer warpgroup
-    if (tid == 0) {
-      produce_weights<F, N>(&params.weights_map, smem, shape.num_k, shape.weight_rows, w);
-    } else if (tid >= 32) {
-      produce_tokens<N>(shape.tokens, shape.token_row_bytes, row_src, smem, shape.num_k,
-                        tid - 32);
+    if constexpr (is_dequant_family(F)) {
+      const DqOperands op = dq_operands<F>(p, w.expert);
+      if (tid == 0) {
+        dq_produce_weights<N>(&params.weights_map, smem, op, shape.weight_rows, w);
+      } else if (tid >= 32 && tid < 32 + kDqCopyThreads) {
+        dq_copy_tokens<N>(op, row_src, smem, tid - 32);
+      } else if (tid >= 32 + kDqCopyThreads) {
+        dq_convert_tokens<N>(smem, op.num_k, tid - 32 - kDqCopyThreads);
+      }
+    } else {
+      if (tid == 0) {
+        produce_weights<F, N>(&params.weights_map, smem, shape.num_k, shape.weight_rows, w);
+      } else if (tid >= 32) {
+        produce_tokens<N>(shape.tokens, shape.token_row_bytes, row_src, smem, shape.num_k,
+                          tid - 32);
+      }
     }
   } else {
     // Consumer warpgroups: main loop, then the stage's epilogue
     const int ctid = tid - 128;
     float acc[N / 2];
-    consume<F, N>(smem, shape.num_k, ctid / 128, acc);
+    if constexpr (is_dequant_family(F)) {
+      dq_consume<F, N>(smem, dq_operands<F>(p, w.expert), ctid / 128, acc);
+    } else {
+      consume<F, N>(smem, shape.num_k, ctid / 128, acc);
+    }
     if constexpr (kFc1) {
       fc1_epilogue<F, N>(p, w, row_src, acc, smem, ctid);
     } else {
@@ -113,7 +189,9 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
 #if defined(__CUDACC__)
 /// The weights' TMA map: bf16 BlockMajorK [E * K/64, rows, 64] elements as a 3-D map with a
 /// (64, 128, 1) box; e4m3 [E * rows, K] bytes as a 2-D map with a (128, 128) box; both in the
-/// 128-byte swizzle that sw128_kmajor_desc describes. Out-of-range rows / K read as zeros.
+/// 128-byte swizzle that sw128_kmajor_desc describes. Packed e2m1 [E * rows, K/2] bytes: a 2-D
+/// map with a (64, 128) box, unswizzled (consumers read rows, not wgmma). Out-of-range rows / K
+/// read as zeros.
 template <Family F>
 CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows, int64_t k) {
   static const auto encode = [] {
@@ -137,6 +215,14 @@ CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows,
     r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(weights), dims,
                strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  } else if constexpr (is_dequant_family(F)) {
+    const cuuint64_t dims[2] = {cuuint64_t(k / 2), cuuint64_t(experts * rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(k / 2)};
+    const cuuint32_t box[2] = {kDqRawRowBytes, kBlockM};
+    const cuuint32_t unit[2] = {1, 1};
+    r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(weights), dims, strides,
+               box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   } else {
     const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(experts * rows)};
     const cuuint64_t strides[1] = {cuuint64_t(k)};
@@ -154,6 +240,30 @@ CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows,
   return map;
 }
 
+/// The nvfp4 main loop copies token rows in 16-byte pieces and scale bytes in 4-byte pieces, and
+/// bulk-copies 512-byte weight scale groups: their bases must allow it.
+inline void check_dq_alignment(const Fc1Params& p) {
+  if (reinterpret_cast<uintptr_t>(p.hidden_states) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.hidden_states_scale) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(p.weights_scale) % 16 != 0) {
+    throw Unsupported("hidden_states",
+                      "the sm90 nvfp4 FC1 needs hidden_states 16-byte aligned and "
+                      "hidden_states_scale / gemm1_weights_scale 4- / 16-byte aligned; pass a "
+                      "portable plan for such views");
+  }
+}
+
+inline void check_dq_alignment(const Fc2Params& p) {
+  if (reinterpret_cast<uintptr_t>(p.input) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.input_scale) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(p.weights_scale) % 16 != 0) {
+    throw Unsupported("gemm2_input",
+                      "the sm90 nvfp4 FC2 needs its input 16-byte aligned and the input / "
+                      "gemm2_weights scales 4- / 16-byte aligned; pass a portable plan for such "
+                      "views");
+  }
+}
+
 /// Binder (stepfun/gemm_params.h GemmBinder): the tensor map is encoded here, once; the closure
 /// only enqueues (no allocation, no host synchronisation, graph-capturable).
 template <Family F, bool kFc1, int N>
@@ -162,21 +272,22 @@ GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>&
   static const bool configured = [] {
     CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_gemm_kernel<F, kFc1, N>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            smem_bytes(N)));
+                                            unit_smem_bytes<F, N>()));
     return true;
   }();
   (void)configured;
   Params params;
   params.p = p;
   const GemmShape shape = shape_of<F>(p);
-  const int64_t k_elems = shape.token_row_bytes / SsOperands<F>::kElemBytes;
+  const int64_t k_elems = kFc1 ? p.hidden : p.intermediate;
+  if constexpr (is_dequant_family(F)) check_dq_alignment(p);
   params.weights_map = make_weights_map<F>(p.weights, p.num_experts,
                                            shape.weight_rows, k_elems);
   const int64_t m_blocks = kFc1 ? shape.weight_rows / kBlockM
                                 : (shape.weight_rows + kBlockM - 1) / kBlockM;
   const dim3 grid(static_cast<unsigned>(p.tables.max_ctas), static_cast<unsigned>(m_blocks));
   return [params, grid](Stream stream) {
-    sm90_gemm_kernel<F, kFc1, N><<<grid, kThreads, smem_bytes(N),
+    sm90_gemm_kernel<F, kFc1, N><<<grid, kThreads, unit_smem_bytes<F, N>(),
                                    static_cast<cudaStream_t>(stream)>>>(params);
     CAKEMOE_CUDA_CHECK(cudaGetLastError());
   };

@@ -30,7 +30,13 @@ CAKEMOE_HD constexpr bool has_sm90_unit(Family family, int tile) {
   if (!ladder) return false;
   if (family == Family::kBF16) return true;
   if (family == Family::kFP8) return tile <= 128;
+  if (family == Family::kNVFP4 || family == Family::kNVFP4BF16Tok) return tile <= 64;
   return false;
+}
+
+/// Whether the family's sm90 unit dequantizes in registers (mainloop_rs_nvfp4.cuh).
+CAKEMOE_HD constexpr bool is_dequant_family(Family family) {
+  return family == Family::kNVFP4 || family == Family::kNVFP4BF16Tok;
 }
 
 /// The sm90 plan's tile for `avg` = ceil(T*K / E_loc) routed rows per local expert: twice the
@@ -69,6 +75,45 @@ constexpr int kFc2StageStride = kBlockM + 8;
 /// 1 KB to align the stage buffers to the 1024-byte swizzle atom.
 CAKEMOE_HD constexpr int smem_bytes(int tile) {
   return stage_region_bytes(tile) + stages_for(tile) * 16 + tile * 4 + 1024;
+}
+
+// ---- nvfp4 families (mainloop_rs_nvfp4.cuh) -----------------------------------------------------
+// A stage is 128 K elements: the raw e2m1 weights (128 rows x 64 bytes, TMA) and their 128x4
+// scales (two 512-byte groups, bulk copy), and the tokens dequantized to f16 (two 128-byte
+// swizzle atoms per row). Raw token rows and scales come through a cp.async ring.
+constexpr int kDqStageK = 128;
+constexpr int kDqRawRowBytes = kDqStageK / 2;
+constexpr int kDqScaleBytes = 2 * 512;
+
+CAKEMOE_HD constexpr int dq_a_stage_bytes() { return kBlockM * kDqRawRowBytes + kDqScaleBytes; }
+CAKEMOE_HD constexpr int dq_b_stage_bytes(int tile) { return tile * kDqStageK * 2; }
+CAKEMOE_HD constexpr int dq_ring_slots(int tile) { return tile >= 64 ? 3 : 4; }
+/// One ring slot: per token row 64 bytes of e2m1 and 8 scale bytes.
+CAKEMOE_HD constexpr int dq_ring_slot_bytes(int tile) { return tile * (kDqRawRowBytes + 8); }
+
+CAKEMOE_HD constexpr int dq_stages_for(int tile) {
+  const int budget = 108 * 1024 - dq_ring_slots(tile) * dq_ring_slot_bytes(tile);
+  const int stages = budget / (dq_a_stage_bytes() + dq_b_stage_bytes(tile));
+  return stages > 8 ? 8 : stages;
+}
+
+CAKEMOE_HD constexpr int dq_stage_region_bytes(int tile) {
+  return dq_stages_for(tile) * (dq_a_stage_bytes() + dq_b_stage_bytes(tile));
+}
+
+CAKEMOE_HD constexpr int dq_smem_bytes(int tile) {
+  return dq_stage_region_bytes(tile) + dq_ring_slots(tile) * dq_ring_slot_bytes(tile) +
+         dq_stages_for(tile) * 16 + dq_ring_slots(tile) * 16 + tile * 4 + 1024;
+}
+
+/// The wgmma K position (0..127) of K element `p` (0..127) of an nvfp4 stage. A consumer thread
+/// of lane quad q decodes elements [32q, 32q + 32) of its rows, one 32-bit word of 8 elements at a
+/// time, into f16 pairs (element i, element i + 4); word j feeds k16 steps 2j and 2j + 1, whose A
+/// fragment takes k (2q, 2q + 1) and (2q + 8, 2q + 9). The tokens are stored in this order, so
+/// every weight element meets its own token element.
+CAKEMOE_HD constexpr int dq_logical_k(int p) {
+  const int q = p / 32, j = (p % 32) / 8, rem = p % 8;
+  return 16 * (2 * j + (rem % 4) / 2) + 8 * (rem % 2) + 2 * q + rem / 4;
 }
 
 /// The FC1 feature (0..63 within the CTA) whose up and gate accumulators a consumer thread holds:
