@@ -154,44 +154,53 @@ CAKEMOE_DEVICE void dq_copy_tokens(const DqOperands& op, const int32_t* row_src,
   }
 }
 
-/// Producer, convert warps (`ctid` 0..63): per stage, each item of the ring slot becomes f16
-/// pairs in dq_logical_k order in the stage's two swizzle atoms; then the stage is full and the
-/// slot free.
+/// Producer, convert warps (`ctid` 0..63): per stage, every 32-bit word (8 e2m1 of one token row)
+/// of the ring slot becomes 4 f16 pairs in dq_logical_k order in the stage's two swizzle atoms;
+/// then the stage is full and the slot free. A thread always converts word ww = ctid % 16 of rows
+/// ctid / 16 + 4m, so its 4 target offsets (for both parities of the row's swizzle phase) are
+/// computed once, and decode tiles spread over all 64 threads.
 template <int N>
 CAKEMOE_DEVICE void dq_convert_tokens(uint8_t* smem, int num_k, int ctid) {
   using L = DqLayout<N>;
+  constexpr int kWords = kDqRawRowBytes / 4;  // 16 words per row per stage
+  constexpr int kRowsPerPass = kDqConvertThreads / kWords;
+  static_assert(kRowsPerPass == 4 && N % kRowsPerPass == 0, "convert mapping");
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
   auto* ring_full = reinterpret_cast<uint64_t*>(smem + L::kRingFull);
   auto* ring_empty = reinterpret_cast<uint64_t*>(smem + L::kRingEmpty);
+  const int ww = ctid % kWords, r_first = ctid / kWords;
+  // Offsets of pair t inside a row, for rows r with r % 8 == (r_first + 4 * parity) % 8.
+  int offset[2][4];
+#pragma unroll
+  for (int parity = 0; parity < 2; ++parity) {
+    const int phase = (r_first + 4 * parity) % 8;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const int lk = dq_logical_k(8 * ww + t);  // pair (t, t + 4) sits at (lk, lk + 1)
+      const int atom = lk / 64, byte = (lk % 64) * 2;
+      offset[parity][t] = atom * N * kRowBytes + (((byte / 16) ^ phase) << 4) + byte % 16;
+    }
+  }
   PipeState ps;
   RingState rs;
   for (int k = 0; k < num_k; ++k, ps.advance(L::kStages), rs.advance(L::kRing)) {
     ptx::mbarrier_wait_parity(&ring_full[rs.slot], rs.phase);
     ptx::mbarrier_wait_parity(&empty[ps.stage], ps.phase ^ 1);
     uint8_t* b = smem + L::kB + ps.stage * dq_b_stage_bytes(N);
-    for (int i = ctid; i < 2 * N; i += kDqConvertThreads) {
-      const int r = i / 2, h = i % 2;
-      const uint8_t* raw = smem + L::kRingData + (rs.slot * N + r) * kDqRawRowBytes + 32 * h;
-      const uint4 lo = *reinterpret_cast<const uint4*>(raw);
-      const uint4 hi = *reinterpret_cast<const uint4*>(raw + 16);
-      const uint32_t sf4 =
-          *reinterpret_cast<const uint32_t*>(smem + L::kRingScale + (rs.slot * N + r) * 8 + 4 * h);
-      const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const uint8_t* data = smem + L::kRingData + rs.slot * N * kDqRawRowBytes;
+    const uint8_t* scales = smem + L::kRingScale + rs.slot * N * 8;
 #pragma unroll
-      for (int ww = 0; ww < 8; ++ww) {
-        uint32_t pairs[4];
-        // Zero-filled past K and for absent rows: the scale byte is 0 too, so the pairs are 0.
-        e2m1x8_to_f16x2(words[ww], dq_scale2((sf4 >> (8 * (ww / 2))) & 0xFFu, true), pairs);
-        const int p0 = 64 * h + 8 * ww;  // physical K of nibble 0
+    for (int m = 0; m < N / kRowsPerPass; ++m) {
+      const int r = r_first + kRowsPerPass * m;
+      const uint32_t word = *reinterpret_cast<const uint32_t*>(data + r * kDqRawRowBytes + 4 * ww);
+      // Zero-filled past K and for absent rows: the scale byte is 0 too, so the pairs are 0.
+      uint32_t pairs[4];
+      e2m1x8_to_f16x2(word, dq_scale2(scales[r * 8 + ww / 2], true), pairs);
+      uint8_t* row = b + r * kRowBytes;
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          const int lk = dq_logical_k(p0 + t);  // pair (t, t + 4) sits at (lk, lk + 1)
-          const int atom = lk / 64, byte = (lk % 64) * 2;
-          uint8_t* to = b + atom * N * kRowBytes + r * kRowBytes +
-                        (((byte / 16) ^ (r % 8)) << 4) + byte % 16;
-          *reinterpret_cast<uint32_t*>(to) = pairs[t];
-        }
+      for (int t = 0; t < 4; ++t) {
+        *reinterpret_cast<uint32_t*>(row + offset[m % 2][t]) = pairs[t];
       }
     }
     ptx::fence_proxy_async_shared();
