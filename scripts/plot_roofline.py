@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Roofline plot of a benchmark results file: fraction of the floor (floor_us / us) against T,
+"""Roofline plot of benchmark results files: fraction of the floor (floor_us / us) against T,
 one line per family, one panel per workload, as a PNG.
 
     python3 scripts/plot_roofline.py bench/results/<date>_<commit>_stepfun-sm90.json [-o out.png]
+    python3 scripts/plot_roofline.py OLDER.json NEWER.json -o out.png   # a later file's line wins
 
 The input is a JSON list of rows ``{"workload", "family", "T", "us", "floor_us", ...}`` (the
 bench/results format of issue 27; ``cakemoe bench --json`` writes it). Rows without a floor
@@ -74,21 +75,28 @@ def plot(series, title, out_path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", help="bench/results JSON file (a list of rows)")
+    parser.add_argument("results", nargs="+",
+                        help="bench/results JSON files (lists of rows); for a (workload, family) "
+                             "in several files the last file's line is drawn")
     parser.add_argument("-o", "--output", help="PNG to write (default: the input with .png)")
     parser.add_argument("--title", help="plot title (default: the input's file name)")
     args = parser.parse_args(argv)
+    series = {}
     try:
-        series = load_series(args.results)
+        for path in args.results:
+            series.update(load_series(path))
     except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError
         print(f"plot_roofline: {e}", file=sys.stderr)
         return 1
     if not series:
-        print(f"plot_roofline: {args.results} has no row with a floor_us", file=sys.stderr)
+        print(f"plot_roofline: {', '.join(args.results)} has no row with a floor_us",
+              file=sys.stderr)
         return 1
-    out = args.output or (args.results[:-5] if args.results.endswith(".json") else args.results)
+    last = args.results[-1]
+    out = args.output or (last[:-5] if last.endswith(".json") else last)
     out = out if out.endswith(".png") else out + ".png"
-    plot(series, args.title or args.results.rsplit("/", 1)[-1], out)
+    title = args.title or " + ".join(path.rsplit("/", 1)[-1] for path in args.results)
+    plot(series, title, out)
     print(f"plot_roofline: {sum(len(p) for p in series.values())} points, "
           f"{len(series)} lines -> {out}")
     return 0
