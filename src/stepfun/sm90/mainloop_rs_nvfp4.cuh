@@ -187,21 +187,19 @@ CAKEMOE_DEVICE void dq_convert_tokens(uint8_t* smem, int num_k, int ctid) {
   for (int k = 0; k < num_k; ++k, ps.advance(L::kStages), rs.advance(L::kRing)) {
     ptx::mbarrier_wait_parity(&ring_full[rs.slot], rs.phase);
     ptx::mbarrier_wait_parity(&empty[ps.stage], ps.phase ^ 1);
-    uint8_t* b = smem + L::kB + ps.stage * dq_b_stage_bytes(N);
-    const uint8_t* data = smem + L::kRingData + rs.slot * N * kDqRawRowBytes;
-    const uint8_t* scales = smem + L::kRingScale + rs.slot * N * 8;
+    const uint32_t b = ptx::smem_addr(smem + L::kB + ps.stage * dq_b_stage_bytes(N));
+    const uint32_t data = ptx::smem_addr(smem + L::kRingData + rs.slot * N * kDqRawRowBytes);
+    const uint32_t scales = ptx::smem_addr(smem + L::kRingScale + rs.slot * N * 8);
 #pragma unroll
     for (int m = 0; m < N / kRowsPerPass; ++m) {
       const int r = r_first + kRowsPerPass * m;
-      const uint32_t word = *reinterpret_cast<const uint32_t*>(data + r * kDqRawRowBytes + 4 * ww);
+      const uint32_t word = ptx::ld_shared_b32(data + r * kDqRawRowBytes + 4 * ww);
       // Zero-filled past K and for absent rows: the scale byte is 0 too, so the pairs are 0.
       uint32_t pairs[4];
-      e2m1x8_to_f16x2(word, dq_scale2(scales[r * 8 + ww / 2], true), pairs);
-      uint8_t* row = b + r * kRowBytes;
+      e2m1x8_to_f16x2(word, dq_scale2(ptx::ld_shared_u8(scales + r * 8 + ww / 2), true), pairs);
+      const uint32_t row = b + r * kRowBytes;
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        *reinterpret_cast<uint32_t*>(row + offset[m % 2][t]) = pairs[t];
-      }
+      for (int t = 0; t < 4; ++t) ptx::st_shared_b32(row + offset[m % 2][t], pairs[t]);
     }
     ptx::fence_proxy_async_shared();
     ptx::mbarrier_arrive(&full[ps.stage]);
@@ -233,13 +231,14 @@ CAKEMOE_DEVICE void dq_consume(uint8_t* smem, const DqOperands& op, int group,
   int previous = -1;
   for (int k = 0; k < op.num_k; ++k, ps.advance(L::kStages)) {
     ptx::mbarrier_wait_parity(&full[ps.stage], ps.phase);
-    const uint8_t* a = smem + L::kA + ps.stage * kBlockM * kDqRawRowBytes;
-    const uint4 w0 = *reinterpret_cast<const uint4*>(a + r0 * kDqRawRowBytes + 16 * q);
-    const uint4 w1 = *reinterpret_cast<const uint4*>(a + r1 * kDqRawRowBytes + 16 * q);
+    const uint32_t a = ptx::smem_addr(smem + L::kA + ps.stage * kBlockM * kDqRawRowBytes);
+    const uint4 w0 = ptx::ld_shared_v4(a + r0 * kDqRawRowBytes + 16 * q);
+    const uint4 w1 = ptx::ld_shared_v4(a + r1 * kDqRawRowBytes + 16 * q);
     // 128x4 group q / 2 holds blocks 2q, 2q + 1 of each row at (r % 32) * 16 + (r / 32) * 4 + c.
-    const uint8_t* sc = smem + L::kAScale + ps.stage * kDqScaleBytes + (q / 2) * 512 + 2 * (q % 2);
-    const uint32_t s0 = *reinterpret_cast<const uint16_t*>(sc + (r0 % 32) * 16 + (r0 / 32) * 4);
-    const uint32_t s1 = *reinterpret_cast<const uint16_t*>(sc + (r1 % 32) * 16 + (r1 / 32) * 4);
+    const uint32_t sc = ptx::smem_addr(smem + L::kAScale + ps.stage * kDqScaleBytes) +
+                        (q / 2) * 512 + 2 * (q % 2);
+    const uint32_t s0 = ptx::ld_shared_u16(sc + (r0 % 32) * 16 + (r0 / 32) * 4);
+    const uint32_t s1 = ptx::ld_shared_u16(sc + (r1 % 32) * 16 + (r1 / 32) * 4);
     // Groups past K were not copied (stale bytes): their scales read as 0.
     const bool valid = int64_t(k) * 8 + 4 * (q / 2) < kblocks;
     const uint32_t sa[2][2] = {{dq_scale2(s0 & 0xFFu, valid), dq_scale2(s0 >> 8, valid)},
