@@ -17,6 +17,20 @@ CAKEMOE_DEVICE uint32_t cvt_e4m3x2_f16x2(uint16_t bytes) {
   return out;
 }
 
+/// An f16 (raw bits) as fp32; exact.
+CAKEMOE_DEVICE float f16_to_f32(uint32_t bits) {
+  float out;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(out) : "h"(static_cast<uint16_t>(bits)));
+  return out;
+}
+
+/// Two fp32 values rounded to nearest even into bf16x2 (`lo` in the low half).
+CAKEMOE_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t out;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
+}
+
 /// Lane-wise f16 product, round to nearest even; subnormals kept (no .ftz).
 CAKEMOE_DEVICE uint32_t mul_f16x2(uint32_t a, uint32_t b) {
   uint32_t out;

@@ -61,24 +61,36 @@ TEST(Sm90TileConfig, UnitsCoverTheSsAndNvfp4Families) {
   EXPECT_TRUE(has_sm90_unit(Family::kFP8, 128));
   EXPECT_FALSE(has_sm90_unit(Family::kFP8, 256));
   EXPECT_FALSE(has_sm90_unit(Family::kBF16, 24));
-  for (Family f : {Family::kNVFP4, Family::kNVFP4BF16Tok}) {
+  for (Family f : {Family::kNVFP4, Family::kNVFP4BF16Tok, Family::kMXFP8}) {
     EXPECT_TRUE(is_dequant_family(f));
     for (int tile : {8, 16, 32, 64}) EXPECT_TRUE(has_sm90_unit(f, tile)) << tile;
     EXPECT_FALSE(has_sm90_unit(f, 128));
   }
-  EXPECT_FALSE(has_sm90_unit(Family::kMXFP8, 8));
+  EXPECT_TRUE(has_sm90_unit(Family::kMXFP8, 64));
+  EXPECT_FALSE(has_sm90_unit(Family::kMXFP8, 128));
+  EXPECT_TRUE(is_dequant_family(Family::kMXFP8));
   EXPECT_FALSE(is_dequant_family(Family::kBF16));
 }
 
 TEST(Sm90TileConfig, DequantStagesFitSharedMemory) {
-  for (int tile : {8, 16, 32, 64}) {
-    EXPECT_GE(dq_stages_for(tile), 3) << tile;
-    EXPECT_LE(2 * (dq_smem_bytes(tile) + 1024), 228 * 1024) << tile;
-    EXPECT_LE(tile * kFc1StageStride * 4, dq_stage_region_bytes(tile)) << tile;
-    EXPECT_LE(tile * kFc2StageStride * 2, dq_stage_region_bytes(tile)) << tile;
-    // The token atoms of a stage stay on the 1024-byte swizzle atom.
-    EXPECT_EQ(tile * kRowBytes % 1024, 0) << tile;
+  for (Family f : {Family::kNVFP4, Family::kNVFP4BF16Tok, Family::kMXFP8}) {
+    for (int tile : {8, 16, 32, 64}) {
+      // mxfp8 at tile 64: a 33 KB stage (16 KB e4m3 weights, 16 KB bf16 tokens) leaves room for
+      // two next to the ring.
+      EXPECT_GE(dq_stages_for(f, tile), f == Family::kMXFP8 && tile == 64 ? 2 : 3) << tile;
+      EXPECT_LE(2 * (dq_smem_bytes(f, tile) + 1024), 228 * 1024) << tile;
+      EXPECT_LE(tile * kFc1StageStride * 4, dq_stage_region_bytes(f, tile)) << tile;
+      EXPECT_LE(tile * kFc2StageStride * 2, dq_stage_region_bytes(f, tile)) << tile;
+      // The token atoms of a stage stay on the 1024-byte swizzle atom, and so do the weights'
+      // (mxfp8's are 128-byte swizzled).
+      EXPECT_EQ(tile * kRowBytes % 1024, 0) << tile;
+      EXPECT_EQ(kBlockM * dq_raw_row_bytes(f) % 1024, 0);
+    }
   }
+  EXPECT_EQ(dq_weight_scale_bytes(Family::kNVFP4), 1024);
+  EXPECT_EQ(dq_weight_scale_bytes(Family::kMXFP8), 512);
+  EXPECT_EQ(dq_token_scale_bytes(Family::kNVFP4), 8);
+  EXPECT_EQ(dq_token_scale_bytes(Family::kMXFP8), 4);
 }
 
 // Each consumer thread (lane quad q) decodes K elements [32q, 32q + 32) of a stage; word j
