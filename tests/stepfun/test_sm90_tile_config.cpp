@@ -69,6 +69,9 @@ TEST(Sm90TileConfig, UnitsCoverTheSsAndNvfp4Families) {
   EXPECT_TRUE(has_sm90_unit(Family::kMXFP8, 64));
   EXPECT_FALSE(has_sm90_unit(Family::kMXFP8, 128));
   EXPECT_TRUE(is_dequant_family(Family::kMXFP8));
+  EXPECT_TRUE(sm90_supports_shape(Family::kMXFP8, 4096));
+  EXPECT_FALSE(sm90_supports_shape(Family::kMXFP8, 192));  // H / 32 = 6: unaligned scale pieces
+  EXPECT_TRUE(sm90_supports_shape(Family::kNVFP4, 192));
   EXPECT_FALSE(is_dequant_family(Family::kBF16));
 }
 

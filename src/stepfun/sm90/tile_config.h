@@ -36,6 +36,13 @@ CAKEMOE_HD constexpr bool has_sm90_unit(Family family, int tile) {
   return false;
 }
 
+/// Shapes an sm90 unit of `family` takes beyond its tile: mxfp8 reads the linear FC1 scales
+/// [T, H/32] in 4-byte pieces, so H must be a multiple of 128 (the planner and the stage binders
+/// fall back to the portable unit otherwise).
+CAKEMOE_HD constexpr bool sm90_supports_shape(Family family, int64_t hidden) {
+  return family != Family::kMXFP8 || hidden % 128 == 0;
+}
+
 /// Whether the family's sm90 unit dequantizes in registers (mainloop_rs_dequant.cuh).
 CAKEMOE_HD constexpr bool is_dequant_family(Family family) {
   return family == Family::kNVFP4 || family == Family::kNVFP4BF16Tok || family == Family::kMXFP8;
