@@ -96,6 +96,50 @@ TEST(Sm90TileConfig, DequantStagesFitSharedMemory) {
   EXPECT_EQ(dq_token_scale_bytes(Family::kMXFP8), 4);
 }
 
+// The consumers' reads of a stage's raw weights and scales, against the layouts the TMA box and
+// the bulk copy of 128x4 groups produce: stage k of a 128-row block holds 128 K elements, i.e.
+// the block's 128x4 groups [k * G, (k + 1) * G) back to back (G = 2 for nvfp4, 1 for mxfp8).
+TEST(Sm90TileConfig, DequantConsumerOffsetsMatchTheLayouts) {
+  for (Family f : {Family::kNVFP4, Family::kMXFP8}) {
+    const int per_block = dq_block_elems(f);
+    const int64_t kblocks = 4096 / per_block;  // K 4096
+    for (int k : {0, 3}) {
+      for (int r = 0; r < kBlockM; ++r) {
+        for (int q = 0; q < 4; ++q) {
+          const int block = 32 * q / per_block;  // first block of elements [32q, 32q + 32)
+          const int64_t stage_base = formats::sf_offset_128x4(0, int64_t(k) * 128 / per_block,
+                                                              kblocks);
+          const int64_t want =
+              formats::sf_offset_128x4(r, int64_t(k) * 128 / per_block + block, kblocks) -
+              stage_base;
+          EXPECT_EQ(dq_weight_scale_offset(f, r, q), want) << r << " " << q;
+          EXPECT_LT(dq_weight_scale_offset(f, r, q), dq_weight_scale_bytes(f));
+        }
+      }
+    }
+    // Chunks: a row's chunks are distinct and inside the row; in the 128-byte swizzle the 8 rows
+    // a warp reads for one chunk land on 8 different 16-byte bank groups.
+    const int chunks = dq_raw_row_bytes(f) / 16;
+    for (int r = 0; r < kBlockM; ++r) {
+      std::set<int> seen;
+      for (int c = 0; c < chunks; ++c) {
+        const int off = dq_weight_chunk_offset(f, r, c);
+        EXPECT_GE(off, r * dq_raw_row_bytes(f));
+        EXPECT_LT(off, (r + 1) * dq_raw_row_bytes(f));
+        seen.insert(off);
+      }
+      EXPECT_EQ(seen.size(), static_cast<size_t>(chunks));
+    }
+    if (!dq_fp4(f)) {
+      for (int c = 0; c < 8; ++c) {
+        std::set<int> banks;
+        for (int r = 0; r < 8; ++r) banks.insert(dq_weight_chunk_offset(f, r, c) % 128 / 16);
+        EXPECT_EQ(banks.size(), 8u) << c;
+      }
+    }
+  }
+}
+
 // Each consumer thread (lane quad q) decodes K elements [32q, 32q + 32) of a stage; word j
 // (elements 32q + 8j + i) becomes pairs (i, i + 4), and pair t feeds k16 step 2j + t / 2 at
 // A-fragment k 2q (t even) or 2q + 8 (t odd) (PTX ISA wgmma m64nNk16 register A fragment).

@@ -304,25 +304,23 @@ CAKEMOE_DEVICE DqStageA<F> dq_load_a(uint32_t a, uint32_t sc, int r0, int r1, in
   for (int i = 0; i < 2; ++i) {
     const int r = rows[i];
     if constexpr (Fmt::kFp4) {
-      // Unswizzled 64-byte rows: elements [32q, 32q + 32) are bytes [16q, 16q + 16).
-      const uint4 v = ptx::ld_shared_v4(a + r * Fmt::kRaw + 16 * q);
+      // Elements [32q, 32q + 32) are bytes [16q, 16q + 16): chunk q.
+      const uint4 v = ptx::ld_shared_v4(a + dq_weight_chunk_offset(F, r, q));
       s.words[i][0] = v.x, s.words[i][1] = v.y, s.words[i][2] = v.z, s.words[i][3] = v.w;
-      // 128x4 group q / 2 holds blocks 2q, 2q + 1 at (r % 32) * 16 + (r / 32) * 4 + 2 (q % 2).
-      const uint32_t sf =
-          ptx::ld_shared_u16(sc + (q / 2) * 512 + (r % 32) * 16 + (r / 32) * 4 + 2 * (q % 2));
+      const uint32_t sf = ptx::ld_shared_u16(sc + dq_weight_scale_offset(F, r, q));
       // Groups past K were not copied (stale bytes): their scales read as 0.
       const bool valid = int64_t(k) * 8 + 4 * (q / 2) < kblocks;
       s.scale2[i][0] = dq_scale2(sf & 0xFFu, valid);
       s.scale2[i][1] = dq_scale2(sf >> 8, valid);
     } else {
-      // 128-byte swizzled rows: 16-byte chunk c of row r sits at chunk c ^ (r % 8).
+      // Elements [32q, 32q + 32) are chunks 2q, 2q + 1.
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const uint4 v = ptx::ld_shared_v4(a + r * Fmt::kRaw + (((2 * q + c) ^ (r % 8)) << 4));
+        const uint4 v = ptx::ld_shared_v4(a + dq_weight_chunk_offset(F, r, 2 * q + c));
         s.words[i][4 * c] = v.x, s.words[i][4 * c + 1] = v.y;
         s.words[i][4 * c + 2] = v.z, s.words[i][4 * c + 3] = v.w;
       }
-      const uint32_t sf = ptx::ld_shared_u8(sc + (r % 32) * 16 + (r / 32) * 4 + q);
+      const uint32_t sf = ptx::ld_shared_u8(sc + dq_weight_scale_offset(F, r, q));
       s.scale[i] = dq_scale_f32(sf, int64_t(k) * 4 + q < kblocks);
     }
   }

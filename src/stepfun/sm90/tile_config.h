@@ -132,6 +132,21 @@ CAKEMOE_HD constexpr int dq_smem_bytes(Family family, int tile) {
          dq_stages_for(family, tile) * 16 + dq_ring_slots(tile) * 16 + tile * 4 + 1024;
 }
 
+/// Byte offset, inside a stage's 128x4 weight scales, of the first scale of K elements
+/// [32q, 32q + 32) of row `r` (0..127) of the 128-row block: nvfp4 blocks 2q, 2q + 1 (adjacent),
+/// mxfp8 block q. The 128x4 layout keeps (r % 32) * 16 + (r / 32) * 4 + (block % 4) inside each
+/// 512-byte group of 4 blocks (formats/layouts.h sf_offset_128x4).
+CAKEMOE_HD constexpr int dq_weight_scale_offset(Family family, int r, int q) {
+  const int block = dq_fp4(family) ? 2 * q : q;
+  return (block / 4) * 512 + (r % 32) * 16 + (r / 32) * 4 + block % 4;
+}
+
+/// Byte offset of 16-byte chunk `c` (0..7 for e4m3, 0..3 for e2m1) of row `r` in a stage's raw
+/// weight box: e2m1 rows (64 B) unswizzled, e4m3 rows (128 B) in the 128-byte swizzle.
+CAKEMOE_HD constexpr int dq_weight_chunk_offset(Family family, int r, int c) {
+  return dq_fp4(family) ? r * 64 + 16 * c : r * 128 + ((c ^ (r % 8)) << 4);
+}
+
 /// The wgmma K position (0..127) of K element `p` (0..127) of an nvfp4 stage. A consumer thread
 /// of lane quad q decodes elements [32q, 32q + 32) of its rows, one 32-bit word of 8 elements at a
 /// time, into f16 pairs (element i, element i + 4); word j feeds k16 steps 2j and 2j + 1, whose A
