@@ -23,13 +23,5 @@ CAKEMOE_DEVICE uint32_t mul_f16x2(uint32_t a, uint32_t b) {
   return out;
 }
 
-/// Keeps 32-bit operand registers of an asynchronous instruction (wgmma's register A) live and
-/// unmoved across this point.
-template <int kN>
-CAKEMOE_DEVICE void fence_registers(uint32_t (&r)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
-
 }  // namespace ptx
 }  // namespace cakemoe
