@@ -71,13 +71,5 @@ CAKEMOE_DEVICE void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
-/// Keeps 32-bit operand registers of an asynchronous instruction (wgmma's register A) live and
-/// unmoved across this point.
-template <int kN>
-CAKEMOE_DEVICE void fence_registers(uint32_t (&r)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
-
 }  // namespace ptx
 }  // namespace cakemoe

@@ -43,5 +43,13 @@ CAKEMOE_DEVICE void fence_operands(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+/// The same for register A fragments: an async wgmma reads them after it issues, so they stay
+/// live and unmoved until its wait.
+template <int kN>
+CAKEMOE_DEVICE void fence_operands(uint32_t (&a)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
+
 }  // namespace ptx
 }  // namespace cakemoe

@@ -70,21 +70,20 @@ CAKEMOE_HD GemmShape shape_of(const Fc2Params& p) {
           static_cast<int>((p.intermediate + stage_k<F>() - 1) / stage_k<F>())};
 }
 
-/// The nvfp4 main loop's view of a stage's operands, for `expert`.
+/// The nvfp4 main loop's view of a stage's operands, for `expert`: the shape's token rows and
+/// stages plus the block scales (FC1 tokens: linear; FC2: the routing tile's layout).
 template <Family F>
-CAKEMOE_DEVICE DqOperands dq_operands(const Fc1Params& p, int expert) {
-  const int64_t kb = p.hidden / dq_block_elems(F);
-  return {static_cast<const uint8_t*>(p.hidden_states), p.hidden_states_scale, SfLayout::kLinear,
-          p.weights_scale + expert * formats::sf_size_128x4(2 * p.intermediate, kb), p.hidden,
-          static_cast<int>((p.hidden + kDqStageK - 1) / kDqStageK)};
+CAKEMOE_DEVICE DqOperands dq_operands(const Fc1Params& p, const GemmShape& s, int expert) {
+  return {s.tokens, p.hidden_states_scale, SfLayout::kLinear,
+          p.weights_scale + expert * formats::sf_size_128x4(s.weight_rows, p.hidden / dq_block_elems(F)),
+          p.hidden, s.num_k};
 }
 
 template <Family F>
-CAKEMOE_DEVICE DqOperands dq_operands(const Fc2Params& p, int expert) {
-  const int64_t kb = p.intermediate / dq_block_elems(F);
-  return {static_cast<const uint8_t*>(p.input), p.input_scale, p.input_scale_layout,
-          p.weights_scale + expert * formats::sf_size_128x4(p.hidden, kb), p.intermediate,
-          static_cast<int>((p.intermediate + kDqStageK - 1) / kDqStageK)};
+CAKEMOE_DEVICE DqOperands dq_operands(const Fc2Params& p, const GemmShape& s, int expert) {
+  return {s.tokens, p.input_scale, p.input_scale_layout,
+          p.weights_scale + expert * formats::sf_size_128x4(s.weight_rows, p.intermediate / dq_block_elems(F)),
+          p.intermediate, s.num_k};
 }
 
 /// Dynamic shared memory of a unit.
@@ -152,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
   if (tid < 128) {
     // Producer warpgroup
     if constexpr (is_dequant_family(F)) {
-      const DqOperands op = dq_operands<F>(p, w.expert);
+      const DqOperands op = dq_operands<F>(p, shape, w.expert);
       if (tid == 0) {
         dq_produce_weights<F, N>(&params.weights_map, smem, op, shape.weight_rows, w);
       } else if (tid >= 32 && tid < 32 + kDqCopyThreads) {
@@ -173,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
     const int ctid = tid - 128;
     float acc[N / 2];
     if constexpr (is_dequant_family(F)) {
-      dq_consume<F, N>(smem, dq_operands<F>(p, w.expert), ctid / 128, acc);
+      dq_consume<F, N>(smem, dq_operands<F>(p, shape, w.expert), ctid / 128, acc);
     } else {
       consume<F, N>(smem, shape.num_k, ctid / 128, acc);
     }
@@ -243,36 +242,37 @@ CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows,
   return map;
 }
 
-/// The nvfp4 main loop copies token rows in 16-byte pieces and scale bytes in 4-byte pieces, and
-/// bulk-copies 512-byte weight scale groups: their bases must allow it.
+/// The dequantizing main loop copies token scale bytes in 4-byte pieces and bulk-copies 512-byte
+/// weight scale groups: their bases must allow it. (Token rows move in 16-byte pieces; the stage
+/// binders in cuda_gemm.cpp already require that alignment of hidden_states / gemm2_input.)
+inline void check_dq_scale_alignment(const uint8_t* token_scale, const char* token_scale_arg,
+                                     const uint8_t* weights_scale, const char* weights_scale_arg) {
+  const auto need = [](const uint8_t* ptr, uintptr_t bytes, const char* arg) {
+    if (reinterpret_cast<uintptr_t>(ptr) % bytes != 0) {
+      throw Unsupported(arg, "the sm90 dequantizing units need it " + std::to_string(bytes) +
+                                 "-byte aligned; pass a portable plan for such views");
+    }
+  };
+  need(token_scale, 4, token_scale_arg);
+  need(weights_scale, 16, weights_scale_arg);
+}
+
 template <Family F>
 void check_dq_alignment(const Fc1Params& p) {
   // NOTE: mxfp8's linear [T, H/32] scales give 4-byte pieces only when H / 32 is a multiple of 4.
-  if (!dq_fp4(F) && p.hidden % 128 != 0) {
+  if (!sm90_supports_shape(F, p.hidden)) {
     throw Unsupported("hidden_states_scale",
                       "the sm90 mxfp8 FC1 needs a hidden size that is a multiple of 128; pass a "
                       "portable plan");
   }
-  if (reinterpret_cast<uintptr_t>(p.hidden_states) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(p.hidden_states_scale) % 4 != 0 ||
-      reinterpret_cast<uintptr_t>(p.weights_scale) % 16 != 0) {
-    throw Unsupported("hidden_states",
-                      "the sm90 dequantizing FC1 needs hidden_states 16-byte aligned and "
-                      "hidden_states_scale / gemm1_weights_scale 4- / 16-byte aligned; pass a "
-                      "portable plan for such views");
-  }
+  check_dq_scale_alignment(p.hidden_states_scale, "hidden_states_scale", p.weights_scale,
+                           "gemm1_weights_scale");
 }
 
 template <Family F>
 void check_dq_alignment(const Fc2Params& p) {
-  if (reinterpret_cast<uintptr_t>(p.input) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(p.input_scale) % 4 != 0 ||
-      reinterpret_cast<uintptr_t>(p.weights_scale) % 16 != 0) {
-    throw Unsupported("gemm2_input",
-                      "the sm90 dequantizing FC2 needs its input 16-byte aligned and the input / "
-                      "gemm2_weights scales 4- / 16-byte aligned; pass a portable plan for such "
-                      "views");
-  }
+  check_dq_scale_alignment(p.input_scale, "gemm2_input_scale", p.weights_scale,
+                           "gemm2_weights_scale");
 }
 
 /// Binder (stepfun/gemm_params.h GemmBinder): the tensor map is encoded here, once; the closure

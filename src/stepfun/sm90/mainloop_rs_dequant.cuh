@@ -369,7 +369,7 @@ CAKEMOE_DEVICE void dq_consume(uint8_t* smem, const DqOperands& op, int group,
         set[4 * u + 2] = p0[2 * u + 1];
         set[4 * u + 3] = p1[2 * u + 1];
       }
-      ptx::fence_registers(set);
+      ptx::fence_operands(set);
       ptx::fence_operands(acc);
       ptx::wgmma_fence();
 #pragma unroll
@@ -382,7 +382,7 @@ CAKEMOE_DEVICE void dq_consume(uint8_t* smem, const DqOperands& op, int group,
       ptx::wgmma_commit();
       ptx::wgmma_wait<1>();
       ptx::fence_operands(acc);
-      ptx::fence_registers(regs[(j + 1) % 2]);
+      ptx::fence_operands(regs[(j + 1) % 2]);
       if (j == 0) {
         // The last group of the previous stage is complete: its shared memory is free.
         if (previous >= 0 && lane0) ptx::mbarrier_arrive(&empty[previous]);
@@ -392,8 +392,8 @@ CAKEMOE_DEVICE void dq_consume(uint8_t* smem, const DqOperands& op, int group,
   }
   ptx::wgmma_wait<0>();
   ptx::fence_operands(acc);
-  ptx::fence_registers(regs[0]);
-  ptx::fence_registers(regs[1]);
+  ptx::fence_operands(regs[0]);
+  ptx::fence_operands(regs[1]);
   if (previous >= 0 && lane0) ptx::mbarrier_arrive(&empty[previous]);
   if constexpr (Fmt::kAccScale != 1.0f) {
 #pragma unroll
