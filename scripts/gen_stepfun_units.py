@@ -9,6 +9,7 @@ import pathlib
 FAMILY_TILES = {
     "bf16": ("kBF16", (8, 16, 32, 64, 128, 256)),
     "fp8": ("kFP8", (8, 16, 32, 64, 128)),
+    "mxfp8": ("kMXFP8", (8, 16, 32, 64)),
     "nvfp4": ("kNVFP4", (8, 16, 32, 64)),
     "nvfp4_bf16tok": ("kNVFP4BF16Tok", (8, 16, 32, 64)),
 }

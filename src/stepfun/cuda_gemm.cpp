@@ -12,6 +12,7 @@
 #include "stepfun/catalog.h"
 #include "stepfun/cuda_stages.h"
 #include "stepfun/gemm_params.h"
+#include "stepfun/sm90/tile_config.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -24,7 +25,7 @@ namespace {
 /// The registry unit to bind: the one `kernel` names (a Plan's choice), else the device's
 /// preferred unit for (stage, family, tile).
 const core::KernelUnit& gemm_unit(Stage stage, Family family, int64_t tile, Device device,
-                                  const std::string& kernel) {
+                                  const std::string& kernel, int64_t hidden) {
   const Arch arch = arch_of(device);
   const int t = static_cast<int>(tile);
   if (!kernel.empty()) {
@@ -35,7 +36,14 @@ const core::KernelUnit& gemm_unit(Stage stage, Family family, int64_t tile, Devi
                       " that this device runs in this build");
     return *core::find_kernel_unit_by_name(named->name);
   }
-  const KernelUnit* unit = find_unit(stage, family, t, arch);
+  // The device's preferred unit whose shape rule admits the problem (sm90 first on SM90).
+  const KernelUnit* unit = nullptr;
+  for (const KernelUnit* u : find_units(stage, family, t, arch)) {
+    if (u->arch != Arch::kSm90 || sm90::sm90_supports_shape(family, hidden)) {
+      unit = u;
+      break;
+    }
+  }
   core::require_supported(unit != nullptr, "family",
                           std::string("no CUDA StepFun ") + stage_name(stage) +
                               " kernel unit for family " + family_name(family) + " at tile " +
@@ -72,7 +80,8 @@ CudaEnqueue bind_cuda_fc1(const Fc1Args& a, const GemmDims& dims) {
   core::require(a.tile_tokens_dim > 0 && a.tile_tokens_dim <= 65536, "tile_tokens_dim",
                 "must lie in [1, 65536]");
   const core::KernelUnit& unit =
-      gemm_unit(Stage::kFc1, a.family, a.tile_tokens_dim, a.hidden_states.device, a.kernel);
+      gemm_unit(Stage::kFc1, a.family, a.tile_tokens_dim, a.hidden_states.device, a.kernel,
+                dims.hidden);
   for (const auto& [t, arg] : {std::make_pair(&a.hidden_states, "hidden_states"),
                                std::make_pair(&a.gemm1_weights, "gemm1_weights"),
                                std::make_pair(&a.gemm1_output, "gemm1_output")}) {
@@ -105,7 +114,8 @@ CudaEnqueue bind_cuda_fc2(const Fc2Args& a, const GemmDims& dims) {
   core::require(a.tile_tokens_dim > 0 && a.tile_tokens_dim <= 65536, "tile_tokens_dim",
                 "must lie in [1, 65536]");
   const core::KernelUnit& unit =
-      gemm_unit(Stage::kFc2, a.family, a.tile_tokens_dim, a.gemm2_input.device, a.kernel);
+      gemm_unit(Stage::kFc2, a.family, a.tile_tokens_dim, a.gemm2_input.device, a.kernel,
+                dims.hidden);
   for (const auto& [t, arg] : {std::make_pair(&a.gemm2_input, "gemm2_input"),
                                std::make_pair(&a.gemm2_weights, "gemm2_weights"),
                                std::make_pair(&a.gemm2_output, "gemm2_output")}) {

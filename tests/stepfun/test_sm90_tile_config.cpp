@@ -61,23 +61,82 @@ TEST(Sm90TileConfig, UnitsCoverTheSsAndNvfp4Families) {
   EXPECT_TRUE(has_sm90_unit(Family::kFP8, 128));
   EXPECT_FALSE(has_sm90_unit(Family::kFP8, 256));
   EXPECT_FALSE(has_sm90_unit(Family::kBF16, 24));
-  for (Family f : {Family::kNVFP4, Family::kNVFP4BF16Tok}) {
+  for (Family f : {Family::kNVFP4, Family::kNVFP4BF16Tok, Family::kMXFP8}) {
     EXPECT_TRUE(is_dequant_family(f));
     for (int tile : {8, 16, 32, 64}) EXPECT_TRUE(has_sm90_unit(f, tile)) << tile;
     EXPECT_FALSE(has_sm90_unit(f, 128));
   }
-  EXPECT_FALSE(has_sm90_unit(Family::kMXFP8, 8));
+  EXPECT_TRUE(has_sm90_unit(Family::kMXFP8, 64));
+  EXPECT_FALSE(has_sm90_unit(Family::kMXFP8, 128));
+  EXPECT_TRUE(is_dequant_family(Family::kMXFP8));
+  EXPECT_TRUE(sm90_supports_shape(Family::kMXFP8, 4096));
+  EXPECT_FALSE(sm90_supports_shape(Family::kMXFP8, 192));  // H / 32 = 6: unaligned scale pieces
+  EXPECT_TRUE(sm90_supports_shape(Family::kNVFP4, 192));
   EXPECT_FALSE(is_dequant_family(Family::kBF16));
 }
 
 TEST(Sm90TileConfig, DequantStagesFitSharedMemory) {
-  for (int tile : {8, 16, 32, 64}) {
-    EXPECT_GE(dq_stages_for(tile), 3) << tile;
-    EXPECT_LE(2 * (dq_smem_bytes(tile) + 1024), 228 * 1024) << tile;
-    EXPECT_LE(tile * kFc1StageStride * 4, dq_stage_region_bytes(tile)) << tile;
-    EXPECT_LE(tile * kFc2StageStride * 2, dq_stage_region_bytes(tile)) << tile;
-    // The token atoms of a stage stay on the 1024-byte swizzle atom.
-    EXPECT_EQ(tile * kRowBytes % 1024, 0) << tile;
+  for (Family f : {Family::kNVFP4, Family::kNVFP4BF16Tok, Family::kMXFP8}) {
+    for (int tile : {8, 16, 32, 64}) {
+      // mxfp8 at tile 64: a 33 KB stage (16 KB e4m3 weights, 16 KB bf16 tokens) leaves room for
+      // two next to the ring.
+      EXPECT_GE(dq_stages_for(f, tile), f == Family::kMXFP8 && tile == 64 ? 2 : 3) << tile;
+      EXPECT_LE(2 * (dq_smem_bytes(f, tile) + 1024), 228 * 1024) << tile;
+      EXPECT_LE(tile * kFc1StageStride * 4, dq_stage_region_bytes(f, tile)) << tile;
+      EXPECT_LE(tile * kFc2StageStride * 2, dq_stage_region_bytes(f, tile)) << tile;
+      // The token atoms of a stage stay on the 1024-byte swizzle atom, and so do the weights'
+      // (mxfp8's are 128-byte swizzled).
+      EXPECT_EQ(tile * kRowBytes % 1024, 0) << tile;
+      EXPECT_EQ(kBlockM * dq_raw_row_bytes(f) % 1024, 0);
+    }
+  }
+  EXPECT_EQ(dq_weight_scale_bytes(Family::kNVFP4), 1024);
+  EXPECT_EQ(dq_weight_scale_bytes(Family::kMXFP8), 512);
+  EXPECT_EQ(dq_token_scale_bytes(Family::kNVFP4), 8);
+  EXPECT_EQ(dq_token_scale_bytes(Family::kMXFP8), 4);
+}
+
+// The consumers' reads of a stage's raw weights and scales, against the layouts the TMA box and
+// the bulk copy of 128x4 groups produce: stage k of a 128-row block holds 128 K elements, i.e.
+// the block's 128x4 groups [k * G, (k + 1) * G) back to back (G = 2 for nvfp4, 1 for mxfp8).
+TEST(Sm90TileConfig, DequantConsumerOffsetsMatchTheLayouts) {
+  for (Family f : {Family::kNVFP4, Family::kMXFP8}) {
+    const int per_block = dq_block_elems(f);
+    const int64_t kblocks = 4096 / per_block;  // K 4096
+    for (int k : {0, 3}) {
+      for (int r = 0; r < kBlockM; ++r) {
+        for (int q = 0; q < 4; ++q) {
+          const int block = 32 * q / per_block;  // first block of elements [32q, 32q + 32)
+          const int64_t stage_base = formats::sf_offset_128x4(0, int64_t(k) * 128 / per_block,
+                                                              kblocks);
+          const int64_t want =
+              formats::sf_offset_128x4(r, int64_t(k) * 128 / per_block + block, kblocks) -
+              stage_base;
+          EXPECT_EQ(dq_weight_scale_offset(f, r, q), want) << r << " " << q;
+          EXPECT_LT(dq_weight_scale_offset(f, r, q), dq_weight_scale_bytes(f));
+        }
+      }
+    }
+    // Chunks: a row's chunks are distinct and inside the row; in the 128-byte swizzle the 8 rows
+    // a warp reads for one chunk land on 8 different 16-byte bank groups.
+    const int chunks = dq_raw_row_bytes(f) / 16;
+    for (int r = 0; r < kBlockM; ++r) {
+      std::set<int> seen;
+      for (int c = 0; c < chunks; ++c) {
+        const int off = dq_weight_chunk_offset(f, r, c);
+        EXPECT_GE(off, r * dq_raw_row_bytes(f));
+        EXPECT_LT(off, (r + 1) * dq_raw_row_bytes(f));
+        seen.insert(off);
+      }
+      EXPECT_EQ(seen.size(), static_cast<size_t>(chunks));
+    }
+    if (!dq_fp4(f)) {
+      for (int c = 0; c < 8; ++c) {
+        std::set<int> banks;
+        for (int r = 0; r < 8; ++r) banks.insert(dq_weight_chunk_offset(f, r, c) % 128 / 16);
+        EXPECT_EQ(banks.size(), 8u) << c;
+      }
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // The sm90 FC1 / FC2 kernel (spec stepfun §5, §7.1) and its binder. One CTA = one routing tile x
 // one 128-row weight block; 384 threads: warpgroup 0 produces (warp 0 lane 0 issues the weight
 // TMA, warps 1..3 gather token rows), warpgroups 1 and 2 each multiply 64 weight rows by the
-// tile's tokens with wgmma (bf16, fp8: mainloop_ss.cuh; nvfp4 families: mainloop_rs_nvfp4.cuh)
+// tile's tokens with wgmma (bf16, fp8: mainloop_ss.cuh; nvfp4 families, mxfp8:
+// mainloop_rs_dequant.cuh)
 // and run the stage's epilogue (epilogue.cuh).
 #pragma once
 
@@ -17,7 +18,7 @@
 #include "core/cuda_check.h"
 #include "formats/layouts.h"
 #include "stepfun/sm90/epilogue.cuh"
-#include "stepfun/sm90/mainloop_rs_nvfp4.cuh"
+#include "stepfun/sm90/mainloop_rs_dequant.cuh"
 #include "stepfun/sm90/mainloop_ss.cuh"
 #include "stepfun/sm90/params.h"
 #include "stepfun/sm90/tile_config.h"
@@ -39,7 +40,7 @@ struct GemmShape {
 template <Family F>
 CAKEMOE_HD constexpr int64_t operand_bytes(int64_t k) {
   if constexpr (is_dequant_family(F)) {
-    return k / 2;
+    return dq_fp4(F) ? k / 2 : k;
   } else {
     return k * SsOperands<F>::kElemBytes;
   }
@@ -74,14 +75,14 @@ CAKEMOE_HD GemmShape shape_of(const Fc2Params& p) {
 template <Family F>
 CAKEMOE_DEVICE DqOperands dq_operands(const Fc1Params& p, const GemmShape& s, int expert) {
   return {s.tokens, p.hidden_states_scale, SfLayout::kLinear,
-          p.weights_scale + expert * formats::sf_size_128x4(s.weight_rows, p.hidden / 16),
+          p.weights_scale + expert * formats::sf_size_128x4(s.weight_rows, p.hidden / dq_block_elems(F)),
           p.hidden, s.num_k};
 }
 
 template <Family F>
 CAKEMOE_DEVICE DqOperands dq_operands(const Fc2Params& p, const GemmShape& s, int expert) {
   return {s.tokens, p.input_scale, p.input_scale_layout,
-          p.weights_scale + expert * formats::sf_size_128x4(s.weight_rows, p.intermediate / 16),
+          p.weights_scale + expert * formats::sf_size_128x4(s.weight_rows, p.intermediate / dq_block_elems(F)),
           p.intermediate, s.num_k};
 }
 
@@ -89,7 +90,7 @@ CAKEMOE_DEVICE DqOperands dq_operands(const Fc2Params& p, const GemmShape& s, in
 template <Family F, int N>
 CAKEMOE_HD constexpr int unit_smem_bytes() {
   if constexpr (is_dequant_family(F)) {
-    return dq_smem_bytes(N);
+    return dq_smem_bytes(F, N);
   } else {
     return smem_bytes(N);
   }
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
     sm90_gemm_kernel(const __grid_constant__ GemmParams<std::conditional_t<kFc1, Fc1Params,
                                                                            Fc2Params>> params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = std::conditional_t<is_dequant_family(F), DqLayout<N>, SmemLayout<N>>;
+  using L = std::conditional_t<is_dequant_family(F), DqLayout<F, N>, SmemLayout<N>>;
   const auto& p = params.p;
   TileWork w;
   if (!tile_work(p.tables, p.num_experts, &w)) return;
@@ -124,10 +125,9 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
       ptx::mbarrier_init(&empty[s], kConsumerWarps);
     }
     if constexpr (is_dequant_family(F)) {
-      for (int s = 0; s < DqLayout<N>::kRing; ++s) {
-        ptx::mbarrier_init(reinterpret_cast<uint64_t*>(smem + DqLayout<N>::kRingFull) + s,
-                           kDqCopyThreads);
-        ptx::mbarrier_init(reinterpret_cast<uint64_t*>(smem + DqLayout<N>::kRingEmpty) + s,
+      for (int s = 0; s < L::kRing; ++s) {
+        ptx::mbarrier_init(reinterpret_cast<uint64_t*>(smem + L::kRingFull) + s, kDqCopyThreads);
+        ptx::mbarrier_init(reinterpret_cast<uint64_t*>(smem + L::kRingEmpty) + s,
                            kDqConvertThreads);
       }
     }
@@ -153,11 +153,11 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
     if constexpr (is_dequant_family(F)) {
       const DqOperands op = dq_operands<F>(p, shape, w.expert);
       if (tid == 0) {
-        dq_produce_weights<N>(&params.weights_map, smem, op, shape.weight_rows, w);
+        dq_produce_weights<F, N>(&params.weights_map, smem, op, shape.weight_rows, w);
       } else if (tid >= 32 && tid < 32 + kDqCopyThreads) {
-        dq_copy_tokens<N>(op, row_src, smem, tid - 32);
+        dq_copy_tokens<F, N>(op, row_src, smem, tid - 32);
       } else if (tid >= 32 + kDqCopyThreads) {
-        dq_convert_tokens<N>(smem, op.num_k, tid - 32 - kDqCopyThreads);
+        dq_convert_tokens<F, N>(smem, op, tid - 32 - kDqCopyThreads);
       }
     } else {
       if (tid == 0) {
@@ -215,12 +215,15 @@ CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows,
                strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   } else if constexpr (is_dequant_family(F)) {
-    const cuuint64_t dims[2] = {cuuint64_t(k / 2), cuuint64_t(experts * rows)};
-    const cuuint64_t strides[1] = {cuuint64_t(k / 2)};
-    const cuuint32_t box[2] = {kDqRawRowBytes, kBlockM};
+    const cuuint64_t row_bytes = dq_fp4(F) ? k / 2 : k;
+    const cuuint64_t dims[2] = {row_bytes, cuuint64_t(experts * rows)};
+    const cuuint64_t strides[1] = {row_bytes};
+    const cuuint32_t box[2] = {cuuint32_t(dq_raw_row_bytes(F)), kBlockM};
     const cuuint32_t unit[2] = {1, 1};
+    // e2m1 rows (64 B) are read conflict-free unswizzled; e4m3 rows (128 B) need the swizzle.
     r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(weights), dims, strides,
-               box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+               box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               dq_fp4(F) ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   } else {
     const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(experts * rows)};
@@ -239,14 +242,14 @@ CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows,
   return map;
 }
 
-/// The nvfp4 main loop copies token scale bytes in 4-byte pieces and bulk-copies 512-byte
+/// The dequantizing main loop copies token scale bytes in 4-byte pieces and bulk-copies 512-byte
 /// weight scale groups: their bases must allow it. (Token rows move in 16-byte pieces; the stage
 /// binders in cuda_gemm.cpp already require that alignment of hidden_states / gemm2_input.)
 inline void check_dq_scale_alignment(const uint8_t* token_scale, const char* token_scale_arg,
                                      const uint8_t* weights_scale, const char* weights_scale_arg) {
   const auto need = [](const uint8_t* ptr, uintptr_t bytes, const char* arg) {
     if (reinterpret_cast<uintptr_t>(ptr) % bytes != 0) {
-      throw Unsupported(arg, "the sm90 nvfp4 units need it " + std::to_string(bytes) +
+      throw Unsupported(arg, "the sm90 dequantizing units need it " + std::to_string(bytes) +
                                  "-byte aligned; pass a portable plan for such views");
     }
   };
@@ -254,12 +257,20 @@ inline void check_dq_scale_alignment(const uint8_t* token_scale, const char* tok
   need(weights_scale, 16, weights_scale_arg);
 }
 
-inline void check_dq_alignment(const Fc1Params& p) {
+template <Family F>
+void check_dq_alignment(const Fc1Params& p) {
+  // NOTE: mxfp8's linear [T, H/32] scales give 4-byte pieces only when H / 32 is a multiple of 4.
+  if (!sm90_supports_shape(F, p.hidden)) {
+    throw Unsupported("hidden_states_scale",
+                      "the sm90 mxfp8 FC1 needs a hidden size that is a multiple of 128; pass a "
+                      "portable plan");
+  }
   check_dq_scale_alignment(p.hidden_states_scale, "hidden_states_scale", p.weights_scale,
                            "gemm1_weights_scale");
 }
 
-inline void check_dq_alignment(const Fc2Params& p) {
+template <Family F>
+void check_dq_alignment(const Fc2Params& p) {
   check_dq_scale_alignment(p.input_scale, "gemm2_input_scale", p.weights_scale,
                            "gemm2_weights_scale");
 }
@@ -280,7 +291,7 @@ GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>&
   params.p = p;
   const GemmShape shape = shape_of<F>(p);
   const int64_t k_elems = kFc1 ? p.hidden : p.intermediate;
-  if constexpr (is_dequant_family(F)) check_dq_alignment(p);
+  if constexpr (is_dequant_family(F)) check_dq_alignment<F>(p);
   params.weights_map = make_weights_map<F>(p.weights, p.num_experts,
                                            shape.weight_rows, k_elems);
   const int64_t m_blocks = kFc1 ? shape.weight_rows / kBlockM

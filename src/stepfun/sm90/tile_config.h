@@ -30,13 +30,22 @@ CAKEMOE_HD constexpr bool has_sm90_unit(Family family, int tile) {
   if (!ladder) return false;
   if (family == Family::kBF16) return true;
   if (family == Family::kFP8) return tile <= 128;
-  if (family == Family::kNVFP4 || family == Family::kNVFP4BF16Tok) return tile <= 64;
+  if (family == Family::kNVFP4 || family == Family::kNVFP4BF16Tok || family == Family::kMXFP8) {
+    return tile <= 64;
+  }
   return false;
 }
 
-/// Whether the family's sm90 unit dequantizes in registers (mainloop_rs_nvfp4.cuh).
+/// Shapes an sm90 unit of `family` takes beyond its tile: mxfp8 reads the linear FC1 scales
+/// [T, H/32] in 4-byte pieces, so H must be a multiple of 128 (the planner and the stage binders
+/// fall back to the portable unit otherwise).
+CAKEMOE_HD constexpr bool sm90_supports_shape(Family family, int64_t hidden) {
+  return family != Family::kMXFP8 || hidden % 128 == 0;
+}
+
+/// Whether the family's sm90 unit dequantizes in registers (mainloop_rs_dequant.cuh).
 CAKEMOE_HD constexpr bool is_dequant_family(Family family) {
-  return family == Family::kNVFP4 || family == Family::kNVFP4BF16Tok;
+  return family == Family::kNVFP4 || family == Family::kNVFP4BF16Tok || family == Family::kMXFP8;
 }
 
 /// The sm90 plan's tile for `avg` = ceil(T*K / E_loc) routed rows per local expert: twice the
@@ -77,33 +86,65 @@ CAKEMOE_HD constexpr int smem_bytes(int tile) {
   return stage_region_bytes(tile) + stages_for(tile) * 16 + tile * 4 + 1024;
 }
 
-// ---- nvfp4 families (mainloop_rs_nvfp4.cuh) -----------------------------------------------------
-// A stage is 128 K elements: the raw e2m1 weights (128 rows x 64 bytes, TMA) and their 128x4
-// scales (two 512-byte groups, bulk copy), and the tokens dequantized to f16 (two 128-byte
-// swizzle atoms per row). Raw token rows and scales come through a cp.async ring.
+// ---- Dequantized families: nvfp4, nvfp4_bf16tok, mxfp8 (mainloop_rs_dequant.cuh) ----------------
+// A stage is 128 K elements: the raw weights (128 rows x 64 bytes of e2m1 / 128 bytes of e4m3, TMA)
+// and their 128x4 scale groups (512 bytes per 4 blocks: two groups of 16-element blocks, one of
+// 32), and the tokens dequantized to f16 / bf16 (two 128-byte swizzle atoms per row). Raw token
+// rows and their scales come through a cp.async ring.
 constexpr int kDqStageK = 128;
-constexpr int kDqRawRowBytes = kDqStageK / 2;
-constexpr int kDqScaleBytes = 2 * 512;
 
-CAKEMOE_HD constexpr int dq_a_stage_bytes() { return kBlockM * kDqRawRowBytes + kDqScaleBytes; }
+CAKEMOE_HD constexpr bool dq_fp4(Family family) { return family != Family::kMXFP8; }
+/// Raw bytes of one weight or token row per stage.
+CAKEMOE_HD constexpr int dq_raw_row_bytes(Family family) { return dq_fp4(family) ? 64 : 128; }
+/// K elements per scale block.
+CAKEMOE_HD constexpr int dq_block_elems(Family family) { return dq_fp4(family) ? 16 : 32; }
+/// 128x4 scale bytes of a 128-row weight block per stage.
+CAKEMOE_HD constexpr int dq_weight_scale_bytes(Family family) {
+  return kDqStageK / dq_block_elems(family) / 4 * 512;
+}
+/// Scale bytes of one token row per stage.
+CAKEMOE_HD constexpr int dq_token_scale_bytes(Family family) {
+  return kDqStageK / dq_block_elems(family);
+}
+
+CAKEMOE_HD constexpr int dq_a_stage_bytes(Family family) {
+  return kBlockM * dq_raw_row_bytes(family) + dq_weight_scale_bytes(family);
+}
 CAKEMOE_HD constexpr int dq_b_stage_bytes(int tile) { return tile * kDqStageK * 2; }
 CAKEMOE_HD constexpr int dq_ring_slots(int tile) { return tile >= 64 ? 3 : 4; }
-/// One ring slot: per token row 64 bytes of e2m1 and 8 scale bytes.
-CAKEMOE_HD constexpr int dq_ring_slot_bytes(int tile) { return tile * (kDqRawRowBytes + 8); }
+CAKEMOE_HD constexpr int dq_ring_slot_bytes(Family family, int tile) {
+  return tile * (dq_raw_row_bytes(family) + dq_token_scale_bytes(family));
+}
 
-CAKEMOE_HD constexpr int dq_stages_for(int tile) {
-  const int budget = 108 * 1024 - dq_ring_slots(tile) * dq_ring_slot_bytes(tile);
-  const int stages = budget / (dq_a_stage_bytes() + dq_b_stage_bytes(tile));
+CAKEMOE_HD constexpr int dq_stages_for(Family family, int tile) {
+  const int budget = 108 * 1024 - dq_ring_slots(tile) * dq_ring_slot_bytes(family, tile);
+  const int stages = budget / (dq_a_stage_bytes(family) + dq_b_stage_bytes(tile));
   return stages > 8 ? 8 : stages;
 }
 
-CAKEMOE_HD constexpr int dq_stage_region_bytes(int tile) {
-  return dq_stages_for(tile) * (dq_a_stage_bytes() + dq_b_stage_bytes(tile));
+CAKEMOE_HD constexpr int dq_stage_region_bytes(Family family, int tile) {
+  return dq_stages_for(family, tile) * (dq_a_stage_bytes(family) + dq_b_stage_bytes(tile));
 }
 
-CAKEMOE_HD constexpr int dq_smem_bytes(int tile) {
-  return dq_stage_region_bytes(tile) + dq_ring_slots(tile) * dq_ring_slot_bytes(tile) +
-         dq_stages_for(tile) * 16 + dq_ring_slots(tile) * 16 + tile * 4 + 1024;
+CAKEMOE_HD constexpr int dq_smem_bytes(Family family, int tile) {
+  return dq_stage_region_bytes(family, tile) +
+         dq_ring_slots(tile) * dq_ring_slot_bytes(family, tile) +
+         dq_stages_for(family, tile) * 16 + dq_ring_slots(tile) * 16 + tile * 4 + 1024;
+}
+
+/// Byte offset, inside a stage's 128x4 weight scales, of the first scale of K elements
+/// [32q, 32q + 32) of row `r` (0..127) of the 128-row block: nvfp4 blocks 2q, 2q + 1 (adjacent),
+/// mxfp8 block q. The 128x4 layout keeps (r % 32) * 16 + (r / 32) * 4 + (block % 4) inside each
+/// 512-byte group of 4 blocks (formats/layouts.h sf_offset_128x4).
+CAKEMOE_HD constexpr int dq_weight_scale_offset(Family family, int r, int q) {
+  const int block = dq_fp4(family) ? 2 * q : q;
+  return (block / 4) * 512 + (r % 32) * 16 + (r / 32) * 4 + block % 4;
+}
+
+/// Byte offset of 16-byte chunk `c` (0..7 for e4m3, 0..3 for e2m1) of row `r` in a stage's raw
+/// weight box: e2m1 rows (64 B) unswizzled, e4m3 rows (128 B) in the 128-byte swizzle.
+CAKEMOE_HD constexpr int dq_weight_chunk_offset(Family family, int r, int c) {
+  return dq_fp4(family) ? r * 64 + 16 * c : r * 128 + ((c ^ (r % 8)) << 4);
 }
 
 /// The wgmma K position (0..127) of K element `p` (0..127) of an nvfp4 stage. A consumer thread
