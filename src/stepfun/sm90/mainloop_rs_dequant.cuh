@@ -384,7 +384,10 @@ CAKEMOE_DEVICE void dq_consume(uint8_t* smem, const DqOperands& op, int group,
       ptx::fence_operands(acc);
       ptx::fence_operands(regs[(j + 1) % 2]);
       if (j == 0) {
-        // The last group of the previous stage is complete: its shared memory is free.
+        // The last group of the previous stage is complete: its shared memory is free. Every
+        // lane read the stage's A with ld.shared; the warp barrier orders those reads before
+        // lane 0's release (mbarrier.arrive releases only the arriving thread's accesses).
+        __syncwarp();
         if (previous >= 0 && lane0) ptx::mbarrier_arrive(&empty[previous]);
         previous = ps.stage;
       }
@@ -394,6 +397,7 @@ CAKEMOE_DEVICE void dq_consume(uint8_t* smem, const DqOperands& op, int group,
   ptx::fence_operands(acc);
   ptx::fence_operands(regs[0]);
   ptx::fence_operands(regs[1]);
+  __syncwarp();
   if (previous >= 0 && lane0) ptx::mbarrier_arrive(&empty[previous]);
   if constexpr (Fmt::kAccScale != 1.0f) {
 #pragma unroll
