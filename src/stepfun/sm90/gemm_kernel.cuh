@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
     constexpr int kTokenWriters = is_dequant_family(F) ? kDqConvertThreads : kGatherThreads;
     for (int s = 0; s < L::kStages; ++s) {
       ptx::mbarrier_init(&full[s], 1 + kTokenWriters);
-      ptx::mbarrier_init(&empty[s], kConsumerWarps);
+      ptx::mbarrier_init(&empty[s], is_dequant_family(F) ? kDqEmptyArrivals : kConsumerWarps);
     }
     if constexpr (is_dequant_family(F)) {
       for (int s = 0; s < L::kRing; ++s) {

@@ -154,6 +154,12 @@ CAKEMOE_DEVICE void dq_produce_weights(const CUtensorMap* map, uint8_t* smem,
   }
 }
 
+/// Arrivals that free a weight stage: every consumer thread, because each read the stage's raw
+/// A and scales with ld.shared (one elected lane after __syncwarp is equivalent under the PTX
+/// memory model, but compute-sanitizer racecheck reports the producer's next bulk copy of the
+/// scales as a race with the other lanes' reads).
+constexpr int kDqEmptyArrivals = kConsumerThreads;
+
 constexpr int kDqCopyThreads = 32;     ///< gather warp 1: raw token copies
 constexpr int kDqConvertThreads = 64;  ///< gather warps 2, 3: conversion
 static_assert(kDqCopyThreads + kDqConvertThreads == kGatherThreads, "gather warps");
@@ -341,7 +347,6 @@ CAKEMOE_DEVICE void dq_consume(uint8_t* smem, const DqOperands& op, int group,
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, q = lane % 4;
   const int r0 = 64 * group + 16 * warp + lane / 4, r1 = r0 + 8;
-  const bool lane0 = lane == 0;
   const int64_t kblocks = op.k / Fmt::kBlock;
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
@@ -385,10 +390,9 @@ CAKEMOE_DEVICE void dq_consume(uint8_t* smem, const DqOperands& op, int group,
       ptx::fence_operands(regs[(j + 1) % 2]);
       if (j == 0) {
         // The last group of the previous stage is complete: its shared memory is free. Every
-        // lane read the stage's A with ld.shared; the warp barrier orders those reads before
-        // lane 0's release (mbarrier.arrive releases only the arriving thread's accesses).
-        __syncwarp();
-        if (previous >= 0 && lane0) ptx::mbarrier_arrive(&empty[previous]);
+        // thread read the stage's A with ld.shared and releases its own reads (mbarrier.arrive
+        // releases only the arriving thread's accesses; see kDqEmptyArrivals).
+        if (previous >= 0) ptx::mbarrier_arrive(&empty[previous]);
         previous = ps.stage;
       }
     }
@@ -397,8 +401,7 @@ CAKEMOE_DEVICE void dq_consume(uint8_t* smem, const DqOperands& op, int group,
   ptx::fence_operands(acc);
   ptx::fence_operands(regs[0]);
   ptx::fence_operands(regs[1]);
-  __syncwarp();
-  if (previous >= 0 && lane0) ptx::mbarrier_arrive(&empty[previous]);
+  if (previous >= 0) ptx::mbarrier_arrive(&empty[previous]);
   if constexpr (Fmt::kAccScale != 1.0f) {
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) acc[i] *= Fmt::kAccScale;
