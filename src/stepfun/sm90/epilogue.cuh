@@ -26,7 +26,6 @@ namespace stepfun {
 namespace sm90 {
 
 constexpr int kEpilogueBarrier = 1;
-constexpr int kConsumerThreads = 256;
 
 template <Family F, int N>
 CAKEMOE_DEVICE void fc1_epilogue(const Fc1Params& p, const TileWork& w, const int32_t* row_src,

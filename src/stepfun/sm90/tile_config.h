@@ -20,6 +20,7 @@ constexpr int kRowBytes = 128;   ///< bytes of one operand row per stage: one 12
 constexpr int kThreads = 384;    ///< producer warpgroup + 2 consumer warpgroups
 constexpr int kGatherThreads = 96;   ///< producer warps 1..3 copy token rows (warp 0 issues TMA)
 constexpr int kConsumerWarps = 8;
+constexpr int kConsumerThreads = 32 * kConsumerWarps;  ///< two consumer warpgroups
 constexpr int kFc1Features = 64;     ///< FC1 output features per CTA
 
 /// Whether an sm90 unit exists for (family, tile). fp8 keeps a second accumulator for the
