@@ -70,7 +70,7 @@ CAKEMOE_HD GemmShape shape_of(const Fc2Params& p) {
           static_cast<int>((p.intermediate + stage_k<F>() - 1) / stage_k<F>())};
 }
 
-/// The nvfp4 main loop's view of a stage's operands, for `expert`: the shape's token rows and
+/// The dequantizing main loop's view of a stage's operands, for `expert`: the shape's token rows and
 /// stages plus the block scales (FC1 tokens: linear; FC2: the routing tile's layout).
 template <Family F>
 CAKEMOE_DEVICE DqOperands dq_operands(const Fc1Params& p, const GemmShape& s, int expert) {
