@@ -1,7 +1,7 @@
 // The kernel catalog's compute_80 PTX bookkeeping (CAKEMOE_PORTABLE_PTX,
 // cmake/cakemoe_kernels.cmake): the units that carry PTX must be exactly the ones the planners hand
-// to devices without native code (every StepFun unit, the BGMV portable pair), judged by the
-// catalog's own fields rather than by the file-name pattern CMake uses.
+// to devices without native code (every portable StepFun unit, the BGMV portable pair), judged by
+// the catalog's own fields rather than by the file-name pattern CMake uses.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -15,7 +15,8 @@ namespace cakemoe {
 namespace {
 
 bool runs_on_other_devices(const core::KernelUnit& u) {
-  if (std::strcmp(u.pipeline, "stepfun") == 0) return true;
+  // The sm90 wgmma units are Hopper-only (sm_90a SASS); every other StepFun unit is portable.
+  if (std::strcmp(u.pipeline, "stepfun") == 0) return std::strcmp(u.arch, "sm90a") != 0;
   return std::strcmp(u.pipeline, "bgmv") == 0 && std::strncmp(u.stage, "portable_", 9) == 0;
 }
 
