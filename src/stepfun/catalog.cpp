@@ -9,6 +9,7 @@
 #include "core/cuda_util.h"
 #include "core/kernel_registry.h"
 #include "reference/stepfun/families.h"
+#include "stepfun/sm90/tile_config.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -133,6 +134,10 @@ std::vector<const KernelUnit*> find_units(Stage stage, Family family, int tile, 
 const KernelUnit* find_unit(Stage stage, Family family, int tile, Arch arch) {
   const std::vector<const KernelUnit*> units = find_units(stage, family, tile, arch);
   return units.empty() ? nullptr : units.front();
+}
+
+bool unit_takes_shape(const KernelUnit& unit, Family family, int64_t hidden) {
+  return unit.arch != Arch::kSm90 || sm90::sm90_supports_shape(family, hidden);
 }
 
 const KernelUnit* find_unit_named(const std::string& name, Stage stage, Family family, int tile,

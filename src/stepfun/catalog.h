@@ -2,6 +2,7 @@
 // CPU units are the reference engine; CUDA units join as their inst/*.cu files land.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ std::vector<const KernelUnit*> find_units(Stage stage, Family family, int tile, 
 /// The unit named `name` if it serves (stage, family, tile) and `arch` runs it, else nullptr.
 const KernelUnit* find_unit_named(const std::string& name, Stage stage, Family family, int tile,
                                   Arch arch);
+/// Whether `unit` takes a problem of hidden size `hidden` beyond its (stage, family, tile): the
+/// sm90 units' shape rule (sm90/tile_config.h sm90_supports_shape); every other unit takes all.
+bool unit_takes_shape(const KernelUnit& unit, Family family, int64_t hidden);
 /// "sm90" (Hopper tensor-core units), "simt" (portable units), "cpu" (reference engine).
 const char* path_name(Arch unit_arch);
 

@@ -12,7 +12,6 @@
 #include "stepfun/catalog.h"
 #include "stepfun/cuda_stages.h"
 #include "stepfun/gemm_params.h"
-#include "stepfun/sm90/tile_config.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -39,7 +38,7 @@ const core::KernelUnit& gemm_unit(Stage stage, Family family, int64_t tile, Devi
   // The device's preferred unit whose shape rule admits the problem (sm90 first on SM90).
   const KernelUnit* unit = nullptr;
   for (const KernelUnit* u : find_units(stage, family, t, arch)) {
-    if (u->arch != Arch::kSm90 || sm90::sm90_supports_shape(family, hidden)) {
+    if (unit_takes_shape(*u, family, hidden)) {
       unit = u;
       break;
     }

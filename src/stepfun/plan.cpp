@@ -67,10 +67,7 @@ std::vector<Plan> plans_for(const ProblemDesc& problem) {
     for (const KernelUnit* fc1 : find_units(Stage::kFc1, problem.family, tile, arch)) {
       for (const KernelUnit* fc2 : find_units(Stage::kFc2, problem.family, tile, arch)) {
         if (fc1->arch != fc2->arch || (sm90_only && fc1->arch != Arch::kSm90)) continue;
-        if (fc1->arch == Arch::kSm90 &&
-            !sm90::sm90_supports_shape(problem.family, problem.hidden_size)) {
-          continue;
-        }
+        if (!unit_takes_shape(*fc1, problem.family, problem.hidden_size)) continue;
         plans.push_back(make_plan(problem, tile, *fc1, *fc2, arch));
       }
     }

@@ -2,8 +2,7 @@
 // one 128-row weight block; 384 threads: warpgroup 0 produces (warp 0 lane 0 issues the weight
 // TMA, warps 1..3 gather token rows), warpgroups 1 and 2 each multiply 64 weight rows by the
 // tile's tokens with wgmma (bf16, fp8: mainloop_ss.cuh; nvfp4 families, mxfp8:
-// mainloop_rs_dequant.cuh)
-// and run the stage's epilogue (epilogue.cuh).
+// mainloop_rs_dequant.cuh) and run the stage's epilogue (epilogue.cuh).
 #pragma once
 
 #include <cuda.h>

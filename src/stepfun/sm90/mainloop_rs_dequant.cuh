@@ -164,14 +164,6 @@ constexpr int kDqCopyThreads = 32;     ///< gather warp 1: raw token copies
 constexpr int kDqConvertThreads = 64;  ///< gather warps 2, 3: conversion
 static_assert(kDqCopyThreads + kDqConvertThreads == kGatherThreads, "gather warps");
 
-/// Ring slot position (slot, phase) of the raw token ring.
-struct RingState {
-  int slot = 0;
-  uint32_t phase = 0;
-  CAKEMOE_DEVICE void advance(int slots) {
-    if (++slot == slots) slot = 0, phase ^= 1;
-  }
-};
 
 /// Producer, copy warp (`lane` 0..31): per stage, the tile's token rows row_src[r]: 32-byte data
 /// pieces and 4-byte scale pieces (4 blocks each: all three scale layouts keep them contiguous)
@@ -188,16 +180,16 @@ CAKEMOE_DEVICE void dq_copy_tokens(const DqOperands& op, const int32_t* row_src,
   auto* ring_full = reinterpret_cast<uint64_t*>(smem + L::kRingFull);
   auto* ring_empty = reinterpret_cast<uint64_t*>(smem + L::kRingEmpty);
   const int64_t row_bytes = op.k / kElemsPerByte, kblocks = op.k / Fmt::kBlock;
-  RingState rs;
+  PipeState rs;  // the raw token ring's slot and phase
   for (int k = 0; k < op.num_k; ++k, rs.advance(L::kRing)) {
-    ptx::mbarrier_wait_parity(&ring_empty[rs.slot], rs.phase ^ 1);
+    ptx::mbarrier_wait_parity(&ring_empty[rs.stage], rs.phase ^ 1);
     for (int i = lane; i < kPieces * N; i += kDqCopyThreads) {
       const int r = i / kPieces, piece = i % kPieces;
       const int32_t src = row_src[r];
       const int64_t byte = int64_t(k) * Fmt::kRaw + 32 * piece;
       const bool valid = src >= 0 && byte < row_bytes;
       const uint8_t* from = valid ? op.tokens + src * row_bytes + byte : op.tokens;
-      uint8_t* to = smem + L::kRingData + (rs.slot * N + r) * Fmt::kRaw + 32 * piece;
+      uint8_t* to = smem + L::kRingData + (rs.stage * N + r) * Fmt::kRaw + 32 * piece;
       ptx::cp_async_16(to, from, valid);
       ptx::cp_async_16(to + 16, valid ? from + 16 : from, valid);
     }
@@ -209,10 +201,10 @@ CAKEMOE_DEVICE void dq_copy_tokens(const DqOperands& op, const int32_t* row_src,
       const uint8_t* sf =
           valid ? op.token_scale + formats::sf_offset(op.token_layout, src, block, kblocks)
                 : op.token_scale;
-      ptx::cp_async_4(smem + L::kRingScale + (rs.slot * N + r) * Fmt::kTScale + 4 * piece, sf,
+      ptx::cp_async_4(smem + L::kRingScale + (rs.stage * N + r) * Fmt::kTScale + 4 * piece, sf,
                       valid);
     }
-    ptx::cp_async_mbarrier_arrive_noinc(&ring_full[rs.slot]);
+    ptx::cp_async_mbarrier_arrive_noinc(&ring_full[rs.stage]);
   }
 }
 
@@ -247,13 +239,13 @@ CAKEMOE_DEVICE void dq_convert_tokens(uint8_t* smem, const DqOperands& op, int c
     }
   }
   PipeState ps;
-  RingState rs;
+  PipeState rs;  // the raw token ring's slot and phase
   for (int k = 0; k < op.num_k; ++k, ps.advance(L::kStages), rs.advance(L::kRing)) {
-    ptx::mbarrier_wait_parity(&ring_full[rs.slot], rs.phase);
+    ptx::mbarrier_wait_parity(&ring_full[rs.stage], rs.phase);
     ptx::mbarrier_wait_parity(&empty[ps.stage], ps.phase ^ 1);
     const uint32_t b = ptx::smem_addr(smem + L::kB + ps.stage * dq_b_stage_bytes(N));
-    const uint32_t data = ptx::smem_addr(smem + L::kRingData + rs.slot * N * Fmt::kRaw);
-    const uint32_t scales = ptx::smem_addr(smem + L::kRingScale + rs.slot * N * Fmt::kTScale);
+    const uint32_t data = ptx::smem_addr(smem + L::kRingData + rs.stage * N * Fmt::kRaw);
+    const uint32_t scales = ptx::smem_addr(smem + L::kRingScale + rs.stage * N * Fmt::kTScale);
     const bool in_k = int64_t(k) * kDqStageK + 8 * g < op.k;
     const int block = 8 * g / Fmt::kBlock;  // the group's scale within the row's stage scales
 #pragma unroll
@@ -275,7 +267,7 @@ CAKEMOE_DEVICE void dq_convert_tokens(uint8_t* smem, const DqOperands& op, int c
     }
     ptx::fence_proxy_async_shared();
     ptx::mbarrier_arrive(&full[ps.stage]);
-    ptx::mbarrier_arrive(&ring_empty[rs.slot]);
+    ptx::mbarrier_arrive(&ring_empty[rs.stage]);
   }
 }
 

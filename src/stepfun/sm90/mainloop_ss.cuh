@@ -57,7 +57,8 @@ struct SmemLayout {
   static_assert(kRowSrc + N * 4 + 1024 <= smem_bytes(N), "tile_config.h smem_bytes is too small");
 };
 
-/// The stage loop's position: stage index and the parity of its current phase.
+/// A ring's position (the stage pipeline's, or the dequant path's raw token ring): index and the
+/// parity of its current phase.
 struct PipeState {
   int stage = 0;
   uint32_t phase = 0;

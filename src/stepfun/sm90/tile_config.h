@@ -23,6 +23,11 @@ constexpr int kConsumerWarps = 8;
 constexpr int kConsumerThreads = 32 * kConsumerWarps;  ///< two consumer warpgroups
 constexpr int kFc1Features = 64;     ///< FC1 output features per CTA
 
+/// Whether the family's sm90 unit dequantizes in registers (mainloop_rs_dequant.cuh).
+CAKEMOE_HD constexpr bool is_dequant_family(Family family) {
+  return family == Family::kNVFP4 || family == Family::kNVFP4BF16Tok || family == Family::kMXFP8;
+}
+
 /// Whether an sm90 unit exists for (family, tile). fp8 keeps a second accumulator for the
 /// per-stage promotion, so its largest tile is 128 (256 would need 256 accumulator registers).
 CAKEMOE_HD constexpr bool has_sm90_unit(Family family, int tile) {
@@ -31,9 +36,7 @@ CAKEMOE_HD constexpr bool has_sm90_unit(Family family, int tile) {
   if (!ladder) return false;
   if (family == Family::kBF16) return true;
   if (family == Family::kFP8) return tile <= 128;
-  if (family == Family::kNVFP4 || family == Family::kNVFP4BF16Tok || family == Family::kMXFP8) {
-    return tile <= 64;
-  }
+  if (is_dequant_family(family)) return tile <= 64;
   return false;
 }
 
@@ -42,11 +45,6 @@ CAKEMOE_HD constexpr bool has_sm90_unit(Family family, int tile) {
 /// fall back to the portable unit otherwise).
 CAKEMOE_HD constexpr bool sm90_supports_shape(Family family, int64_t hidden) {
   return family != Family::kMXFP8 || hidden % 128 == 0;
-}
-
-/// Whether the family's sm90 unit dequantizes in registers (mainloop_rs_dequant.cuh).
-CAKEMOE_HD constexpr bool is_dequant_family(Family family) {
-  return family == Family::kNVFP4 || family == Family::kNVFP4BF16Tok || family == Family::kMXFP8;
 }
 
 /// The sm90 plan's tile for `avg` = ceil(T*K / E_loc) routed rows per local expert: twice the
