@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
   using L = std::conditional_t<is_dequant_family(F), DqLayout<F, N>, SmemLayout<N>>;
   const auto& p = params.p;
   TileWork w;
-  if (!tile_work(p.tables, p.num_experts, &w)) return;
+  if (!tile_work(p.tables, p.num_experts, params.m_blocks, &w)) return;
 
   // Carve shared memory (stage buffers on the 1024-byte swizzle atom)
   extern __shared__ uint8_t smem_raw[];
@@ -295,7 +295,10 @@ GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>&
                                            shape.weight_rows, k_elems);
   const int64_t m_blocks = kFc1 ? shape.weight_rows / kBlockM
                                 : (shape.weight_rows + kBlockM - 1) / kBlockM;
-  const dim3 grid(static_cast<unsigned>(p.tables.max_ctas), static_cast<unsigned>(m_blocks));
+  params.m_blocks = static_cast<int32_t>(m_blocks);
+  // NOTE: max_ctas < 2^31 and m_blocks <= 2^14 (H, 2I <= 2^21): the product fits the 2-D grid.
+  const LinearGrid g = linear_grid(p.tables.max_ctas * m_blocks);
+  const dim3 grid(g.x, g.y);
   return [params, grid](Stream stream) {
     sm90_gemm_kernel<F, kFc1, N><<<grid, kThreads, unit_smem_bytes<F, N>(),
                                    static_cast<cudaStream_t>(stream)>>>(params);

@@ -15,6 +15,7 @@ template <class StageParams>
 struct GemmParams {
   CUtensorMap weights_map;  ///< 64-byte aligned by its type
   StageParams p;
+  int32_t m_blocks;  ///< 128-row weight blocks per expert (CTAs per token tile)
 };
 
 using Fc1GemmParams = GemmParams<Fc1Params>;

@@ -1,7 +1,9 @@
-// Work of one sm90 GEMM CTA: blockIdx.x is the routing tile (spec §2.4 tables, written on the
-// device by routing: graph-capturable, no host knowledge of per-expert counts), blockIdx.y the
-// 128-row weight block. Tiles of one expert are consecutive in x, so CTAs that share a weight
-// block run close together and reuse it from L2.
+// Work of one sm90 GEMM CTA: the routing tile (spec §2.4 tables, written on the device by
+// routing: graph-capturable, no host knowledge of per-expert counts) and the 128-row weight block.
+// CTAs are numbered weight block fastest: the CTAs of one token tile run together and read its
+// rows from L2 once, and the tiles of one expert follow each other, so its weight blocks are
+// re-read from L2 too. (Token tile fastest re-reads every token row from HBM once per weight
+// block when the activations outgrow L2: 20-32 times at T 16384.)
 #pragma once
 
 #include <cstdint>
@@ -20,15 +22,26 @@ struct TileWork {
   int64_t row_end;    ///< exclusive end of its valid rows
 };
 
-/// False when the CTA has no work: past num_non_exiting_ctas, or an expert outside [0, E_loc)
-/// in a corrupted table.
-CAKEMOE_DEVICE bool tile_work(const GemmTileTables& t, int64_t num_experts, TileWork* w) {
-  const int64_t n = blockIdx.x;
-  if (n >= *t.num_non_exiting_ctas) return false;
+/// The grid of `ctas` = token tiles x weight blocks CTAs: x up to 2^31 - 1, y the rest.
+struct LinearGrid {
+  unsigned x, y;
+};
+CAKEMOE_HD constexpr LinearGrid linear_grid(int64_t ctas) {
+  const int64_t x = ctas < 0x7fffffff ? ctas : 0x7fffffff;
+  return {static_cast<unsigned>(x), static_cast<unsigned>((ctas + x - 1) / x)};
+}
+
+/// False when the CTA has no work: past the grid's end or num_non_exiting_ctas, or an expert
+/// outside [0, E_loc) in a corrupted table.
+CAKEMOE_DEVICE bool tile_work(const GemmTileTables& t, int64_t num_experts, int32_t m_blocks,
+                              TileWork* w) {
+  const int64_t id = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  const int64_t n = id / m_blocks;
+  if (n >= t.max_ctas || n >= *t.num_non_exiting_ctas) return false;
   const int32_t expert = t.batch[n];
   if (expert < 0 || expert >= num_experts) return false;
   w->expert = expert;
-  w->m_block = static_cast<int32_t>(blockIdx.y);
+  w->m_block = static_cast<int32_t>(id % m_blocks);
   w->row_begin = n * t.tile;
   // NOTE: spec §2.4: mn_limit <= (n+1)*tile; clamped so a bad table cannot reach another tile.
   const int64_t limit = t.mn_limit[n];
