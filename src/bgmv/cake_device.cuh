@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/launch_pdl.h"
 #include "core/macros.h"
 #include "formats/codecs.h"
 
@@ -53,27 +54,8 @@ CAKEMOE_DEVICE void unpack8(const uint4& v, float* out) {
 
 // ---- Programmatic dependent launch (spec §4.4) --------------------------------------------------
 
-/// Host: launches `kernel(args...)` on `stream`, as a programmatic dependent of the kernel before
-/// it on the stream when `dependent` (its ptx::griddep_wait() then waits for that kernel). A failed
-/// launch's error is cleared before the throw, so a later cudaGetLastError does not report it
-/// again.
-template <typename... Params, typename... Args>
-inline void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                       cudaStream_t stream, bool dependent, const Args&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1] = {};
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = dependent ? 1 : 0;
-  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, args...);
-  if (status != cudaSuccess) (void)cudaGetLastError();
-  CAKEMOE_CUDA_CHECK(status);
-}
+// Host side: core/launch_pdl.h (shared with StepFun).
+using core::launch_pdl;
 
 // ---- Fixed reduction trees (spec §3.2) ----------------------------------------------------------
 

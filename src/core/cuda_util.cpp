@@ -1,6 +1,8 @@
 #include "core/cuda_util.h"
 
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "cakemoe/errors.h"
 #include "core/check.h"
@@ -42,6 +44,19 @@ int cuda_sm_count(int device_index) {
   int count = 0;
   CAKEMOE_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device_index));
   return count;
+}
+
+bool kernel_waits_for_dependencies(const void* kernel) {
+  static std::mutex mutex;
+  static std::unordered_map<const void*, bool> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = known.find(kernel);
+  if (it != known.end()) return it->second;
+  cudaFuncAttributes attributes{};
+  CAKEMOE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  // NOTE: ptxVersion is the virtual architecture the loaded code came from (80 for a JIT of the
+  // compute_80 PTX, 90 for sm_90a SASS); griddepcontrol is compiled in from 90 on.
+  return known[kernel] = attributes.ptxVersion >= 90;
 }
 
 bool cuda_stream_capturing(Stream stream) {
@@ -97,6 +112,7 @@ int cuda_device_count() { return 0; }
 int cuda_capability(int) { no_cuda(); }
 int cuda_sm_count(int) { no_cuda(); }
 bool cuda_native_code_loads(int) { no_cuda(); }
+bool kernel_waits_for_dependencies(const void*) { return false; }
 bool cuda_stream_capturing(Stream) { return false; }
 void cuda_stream_sync(Stream) {}
 void copy_tensor(const TensorView& dst, const TensorView& src, Stream) {

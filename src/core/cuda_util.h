@@ -20,6 +20,10 @@ int cuda_sm_count(int device_index);
 /// other compute capabilities and when the driver ignores SASS (CUDA_FORCE_PTX_JIT=1), where
 /// only units that carry compute_80 PTX run. Probed once per device.
 bool cuda_native_code_loads(int device_index);
+/// True when the code the driver loaded for `kernel` (a __global__ function) was compiled for
+/// sm_90 or later, i.e. holds the griddepcontrol.wait a programmatic dependent launch needs
+/// (false for a compute_80 PTX unit JIT-compiled, and without CUDA). Cached per kernel.
+bool kernel_waits_for_dependencies(const void* kernel);
 /// True when `stream` is being captured into a CUDA graph.
 bool cuda_stream_capturing(Stream stream);
 /// Waits for `stream` (tests and one-shot helpers only; never called inside a launch()).

@@ -39,5 +39,12 @@ CAKEMOE_DEVICE void griddep_launch_dependents() {
 #endif
 }
 
+/// A programmatic dependent's first step: wait for the kernel before it, then let the next kernel
+/// launch (its CTAs wait in their own griddep_wait). Called before any global memory access.
+CAKEMOE_DEVICE void griddep_enter() {
+  griddep_wait();
+  griddep_launch_dependents();
+}
+
 }  // namespace ptx
 }  // namespace cakemoe

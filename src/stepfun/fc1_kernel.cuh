@@ -10,7 +10,9 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/launch_pdl.h"
 #include "formats/layouts.h"
+#include "ptx/sync.cuh"
 #include "stepfun/epilogue_swiglu_step.cuh"
 #include "stepfun/gemm_params.h"
 #include "stepfun/gemm_tile.cuh"
@@ -21,6 +23,7 @@ namespace gemm_kernels {
 
 template <Family F, int TM>
 __global__ void __launch_bounds__(kThreads, 2) fc1_kernel(const Fc1Params p) {
+  ptx::griddep_enter();  // PDL: core/launch_pdl.h
   constexpr Fmt kFmt = fmt_of(F);
   using T = Tile<TM>;
   constexpr bool kScalars = F == Family::kNVFP4 || F == Family::kNVFP4BF16Tok || F == Family::kFP8;
@@ -40,8 +43,8 @@ __global__ void __launch_bounds__(kThreads, 2) fc1_kernel(const Fc1Params p) {
     slot[j] = static_cast<int>(logical < inter ? logical - block * kFeatures
                                                : kFeatures + logical - inter - block * kFeatures);
   }
-  const WeightOperand w = weight_of_expert<kFmt>(p.weights, p.weights_scale, tr.expert, 2 * inter,
-                                                 p.hidden);
+  const WeightOperand w =
+      weight_of_expert<kFmt>(p.weights, p.weights_scale, tr.expert, 2 * inter, p.hidden);
   const RowOperand a{static_cast<const uint8_t*>(p.hidden_states), p.hidden_states_scale,
                      SfLayout::kLinear, p.hidden};
   const float cl = p.clamp_limit[tr.expert];
@@ -98,10 +101,18 @@ void launch_fc1(const Fc1Params& p, Stream stream) {
                   static_cast<unsigned>(p.intermediate / kFeatures));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (tm_for_tile(p.tables.tile)) {
-    case 1: fc1_kernel<F, 1><<<grid, kThreads, 0, s>>>(p); break;
-    case 2: fc1_kernel<F, 2><<<grid, kThreads, 0, s>>>(p); break;
-    case 4: fc1_kernel<F, 4><<<grid, kThreads, 0, s>>>(p); break;
-    default: fc1_kernel<F, 8><<<grid, kThreads, 0, s>>>(p); break;
+    case 1:
+      core::launch_dependent(fc1_kernel<F, 1>, grid, dim3(kThreads), 0, s, p);
+      break;
+    case 2:
+      core::launch_dependent(fc1_kernel<F, 2>, grid, dim3(kThreads), 0, s, p);
+      break;
+    case 4:
+      core::launch_dependent(fc1_kernel<F, 4>, grid, dim3(kThreads), 0, s, p);
+      break;
+    default:
+      core::launch_dependent(fc1_kernel<F, 8>, grid, dim3(kThreads), 0, s, p);
+      break;
   }
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }

@@ -9,8 +9,10 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/launch_pdl.h"
 #include "formats/codecs.h"
 #include "formats/layouts.h"
+#include "ptx/sync.cuh"
 #include "stepfun/gemm_params.h"
 #include "stepfun/gemm_tile.cuh"
 
@@ -20,6 +22,7 @@ namespace gemm_kernels {
 
 template <Family F, int TM>
 __global__ void __launch_bounds__(kThreads, 2) fc2_kernel(const Fc2Params p) {
+  ptx::griddep_enter();  // PDL: core/launch_pdl.h
   constexpr Fmt kFmt = fmt_of(F);
   using T = Tile<TM>;
   constexpr bool kScalars = F == Family::kNVFP4 || F == Family::kNVFP4BF16Tok || F == Family::kFP8;
@@ -77,10 +80,18 @@ void launch_fc2(const Fc2Params& p, Stream stream) {
                   static_cast<unsigned>((p.hidden + kBN - 1) / kBN));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (tm_for_tile(p.tables.tile)) {
-    case 1: fc2_kernel<F, 1><<<grid, kThreads, 0, s>>>(p); break;
-    case 2: fc2_kernel<F, 2><<<grid, kThreads, 0, s>>>(p); break;
-    case 4: fc2_kernel<F, 4><<<grid, kThreads, 0, s>>>(p); break;
-    default: fc2_kernel<F, 8><<<grid, kThreads, 0, s>>>(p); break;
+    case 1:
+      core::launch_dependent(fc2_kernel<F, 1>, grid, dim3(kThreads), 0, s, p);
+      break;
+    case 2:
+      core::launch_dependent(fc2_kernel<F, 2>, grid, dim3(kThreads), 0, s, p);
+      break;
+    case 4:
+      core::launch_dependent(fc2_kernel<F, 4>, grid, dim3(kThreads), 0, s, p);
+      break;
+    default:
+      core::launch_dependent(fc2_kernel<F, 8>, grid, dim3(kThreads), 0, s, p);
+      break;
   }
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }

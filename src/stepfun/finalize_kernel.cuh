@@ -8,8 +8,10 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/launch_pdl.h"
 #include "core/macros.h"
 #include "formats/codecs.h"
+#include "ptx/sync.cuh"
 #include "stepfun/routing_params.h"
 
 namespace cakemoe {
@@ -54,6 +56,7 @@ struct Bf16Vec<8> {
 
 template <int kVec>
 __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams p) {
+  ptx::griddep_enter();  // PDL: core/launch_pdl.h
   const int64_t h0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec;
   if (h0 >= p.hidden) return;
   for (int64_t t = blockIdx.y; t < p.num_tokens; t += gridDim.y) {
@@ -89,9 +92,9 @@ inline void launch(const FinalizeParams& p, Stream stream) {
   const dim3 grid(static_cast<unsigned>((p.hidden + per_block - 1) / per_block),
                   static_cast<unsigned>(p.num_tokens < kMaxGridY ? p.num_tokens : kMaxGridY));
   if (vec) {
-    finalize_kernel<8><<<grid, kThreads, 0, s>>>(p);
+    core::launch_dependent(finalize_kernel<8>, grid, dim3(kThreads), 0, s, p);
   } else {
-    finalize_kernel<1><<<grid, kThreads, 0, s>>>(p);
+    core::launch_dependent(finalize_kernel<1>, grid, dim3(kThreads), 0, s, p);
   }
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }

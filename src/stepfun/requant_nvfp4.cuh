@@ -8,10 +8,12 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/launch_pdl.h"
 #include "core/macros.h"
 #include "formats/codecs.h"
 #include "formats/layouts.h"
 #include "formats/quantize.h"
+#include "ptx/sync.cuh"
 #include "stepfun/routing_params.h"
 
 namespace cakemoe {
@@ -47,6 +49,7 @@ CAKEMOE_DEVICE void load_block(const uint16_t* row, int64_t c, float* x) {
 
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) requant_nvfp4_kernel(const RequantParams p) {
+  ptx::griddep_enter();  // PDL: core/launch_pdl.h
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (i >= p.num_expanded) return;  // whole warps
@@ -101,9 +104,11 @@ inline void launch(const RequantParams& p, Stream stream) {
                    reinterpret_cast<uintptr_t>(p.output) % 8 == 0;
   const int64_t blocks = (p.num_expanded + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (vec) {
-    requant_nvfp4_kernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(p);
+    core::launch_dependent(requant_nvfp4_kernel<true>, static_cast<unsigned>(blocks),
+                           dim3(kThreads), 0, s, p);
   } else {
-    requant_nvfp4_kernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(p);
+    core::launch_dependent(requant_nvfp4_kernel<false>, static_cast<unsigned>(blocks),
+                           dim3(kThreads), 0, s, p);
   }
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }

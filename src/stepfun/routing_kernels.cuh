@@ -13,6 +13,8 @@
 
 #include "cakemoe/errors.h"
 #include "core/cuda_check.h"
+#include "core/launch_pdl.h"
+#include "ptx/sync.cuh"
 #include "stepfun/routing_params.h"
 #include "stepfun/routing_tables.cuh"
 #include "stepfun/routing_topk.cuh"
@@ -29,6 +31,7 @@ constexpr int kMaxFillBlocks = 4096;
 static_assert(kRoutingSingleMaxTokens * 32 <= kSingleThreads, "one expanded index per thread");
 
 __global__ void __launch_bounds__(kSingleThreads) routing_single_kernel(const RoutingParams p) {
+  ptx::griddep_enter();  // PDL: core/launch_pdl.h
   __shared__ int local_of[kSingleThreads];
   const int tid = threadIdx.x;
   const int lane = tid % kWarpSize;
@@ -75,6 +78,7 @@ __global__ void __launch_bounds__(kSingleThreads) routing_single_kernel(const Ro
 }
 
 __global__ void __launch_bounds__(kThreads) routing_topk_kernel(const RoutingParams p) {
+  ptx::griddep_enter();  // PDL: core/launch_pdl.h
   const int t = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
   if (t < p.num_tokens) route_token_warp(p, t, threadIdx.x % kWarpSize);  // whole warps
 }
@@ -97,6 +101,7 @@ CAKEMOE_DEVICE bool warp_chunk(const RoutingParams& p, Chunk* chunk) {
 /// counts[chunk][e] = pairs of local expert e in the chunk. The row is private to the warp, so
 /// group leaders add without atomics; integer counts do not depend on any order.
 __global__ void __launch_bounds__(kThreads) routing_count_kernel(const RoutingParams p) {
+  ptx::griddep_enter();  // PDL: core/launch_pdl.h
   Chunk chunk;
   if (!warp_chunk(p, &chunk)) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -115,6 +120,7 @@ __global__ void __launch_bounds__(kThreads) routing_count_kernel(const RoutingPa
 /// cnt[e] = Σ over chunks, and each chunk's count becomes the chunk's exclusive rank base within
 /// expert e (chunks in index order = token order). Then the expert scan (one CTA).
 __global__ void __launch_bounds__(kSingleThreads) routing_scan_kernel(const RoutingParams p) {
+  ptx::griddep_enter();  // PDL: core/launch_pdl.h
   const int num_local = p.local_num_experts;
   constexpr int kBatch = 16;  // loads in flight per thread (the chain of sums is serial)
   for (int e = threadIdx.x; e < num_local; e += blockDim.x) {
@@ -141,6 +147,7 @@ __global__ void __launch_bounds__(kSingleThreads) routing_scan_kernel(const Rout
 /// Slots in token order: within a chunk, 32 indices at a time in index order; equal experts in
 /// one step are ranked by lane. slot = ctaOffset[e]*tile + chunk base + rank.
 __global__ void __launch_bounds__(kThreads) routing_scatter_kernel(const RoutingParams p) {
+  ptx::griddep_enter();  // PDL: core/launch_pdl.h
   Chunk chunk;
   if (!warp_chunk(p, &chunk)) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -166,6 +173,7 @@ __global__ void __launch_bounds__(kThreads) routing_scatter_kernel(const Routing
 
 /// CTA tables (with their tail) and the non-routed p2t entries, grid-stride.
 __global__ void __launch_bounds__(kThreads) routing_fill_kernel(const RoutingParams p) {
+  ptx::griddep_enter();  // PDL: core/launch_pdl.h
   const int num_ctas = *p.num_non_exiting_ctas;
   const int total_padded = num_ctas * p.tile;
   const int n = max(p.max_ctas, p.p2t_end);
@@ -185,24 +193,25 @@ inline void launch(const RoutingParams& p, Stream stream) {
       throw InvalidArgument("num_chunks", "the single-launch routing path needs T <= " +
                                               std::to_string(kRoutingSingleMaxTokens));
     }
-    routing_single_kernel<<<1, kSingleThreads, 0, s>>>(p);
+    core::launch_dependent(routing_single_kernel, 1, dim3(kSingleThreads), 0, s, p);
     CAKEMOE_CUDA_CHECK(cudaGetLastError());
     return;
   }
   if (p.logits != nullptr) {
-    routing_topk_kernel<<<ceil_div_int(p.num_tokens, kWarpsPerBlock), kThreads, 0, s>>>(p);
+    core::launch_dependent(routing_topk_kernel, ceil_div_int(p.num_tokens, kWarpsPerBlock),
+                           dim3(kThreads), 0, s, p);
     CAKEMOE_CUDA_CHECK(cudaGetLastError());
   }
   const int chunk_blocks = ceil_div_int(p.num_chunks, kWarpsPerBlock);
-  routing_count_kernel<<<chunk_blocks, kThreads, 0, s>>>(p);
+  core::launch_dependent(routing_count_kernel, chunk_blocks, dim3(kThreads), 0, s, p);
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
-  routing_scan_kernel<<<1, kSingleThreads, 0, s>>>(p);
+  core::launch_dependent(routing_scan_kernel, 1, dim3(kSingleThreads), 0, s, p);
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
-  routing_scatter_kernel<<<chunk_blocks, kThreads, 0, s>>>(p);
+  core::launch_dependent(routing_scatter_kernel, chunk_blocks, dim3(kThreads), 0, s, p);
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
   const int64_t fill = p.max_ctas > p.p2t_end ? p.max_ctas : p.p2t_end;
   const int fill_blocks = max(1, min(kMaxFillBlocks, ceil_div_int(fill, kThreads)));
-  routing_fill_kernel<<<fill_blocks, kThreads, 0, s>>>(p);
+  core::launch_dependent(routing_fill_kernel, fill_blocks, dim3(kThreads), 0, s, p);
   CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -15,7 +15,9 @@
 
 #include "cakemoe/errors.h"
 #include "core/cuda_check.h"
+#include "core/launch_pdl.h"
 #include "formats/layouts.h"
+#include "ptx/sync.cuh"
 #include "stepfun/sm90/epilogue.cuh"
 #include "stepfun/sm90/mainloop_rs_dequant.cuh"
 #include "stepfun/sm90/mainloop_ss.cuh"
@@ -69,20 +71,28 @@ CAKEMOE_HD GemmShape shape_of(const Fc2Params& p) {
           static_cast<int>((p.intermediate + stage_k<F>() - 1) / stage_k<F>())};
 }
 
-/// The dequantizing main loop's view of a stage's operands, for `expert`: the shape's token rows and
-/// stages plus the block scales (FC1 tokens: linear; FC2: the routing tile's layout).
+/// The dequantizing main loop's view of a stage's operands, for `expert`: the shape's token rows
+/// and stages plus the block scales (FC1 tokens: linear; FC2: the routing tile's layout).
 template <Family F>
 CAKEMOE_DEVICE DqOperands dq_operands(const Fc1Params& p, const GemmShape& s, int expert) {
-  return {s.tokens, p.hidden_states_scale, SfLayout::kLinear,
-          p.weights_scale + expert * formats::sf_size_128x4(s.weight_rows, p.hidden / dq_block_elems(F)),
-          p.hidden, s.num_k};
+  return {s.tokens,
+          p.hidden_states_scale,
+          SfLayout::kLinear,
+          p.weights_scale +
+              expert * formats::sf_size_128x4(s.weight_rows, p.hidden / dq_block_elems(F)),
+          p.hidden,
+          s.num_k};
 }
 
 template <Family F>
 CAKEMOE_DEVICE DqOperands dq_operands(const Fc2Params& p, const GemmShape& s, int expert) {
-  return {s.tokens, p.input_scale, p.input_scale_layout,
-          p.weights_scale + expert * formats::sf_size_128x4(s.weight_rows, p.intermediate / dq_block_elems(F)),
-          p.intermediate, s.num_k};
+  return {s.tokens,
+          p.input_scale,
+          p.input_scale_layout,
+          p.weights_scale +
+              expert * formats::sf_size_128x4(s.weight_rows, p.intermediate / dq_block_elems(F)),
+          p.intermediate,
+          s.num_k};
 }
 
 /// Dynamic shared memory of a unit.
@@ -96,19 +106,19 @@ CAKEMOE_HD constexpr int unit_smem_bytes() {
 }
 
 template <Family F, bool kFc1, int N>
-__global__ void __launch_bounds__(kThreads, ctas_per_sm(N))
-    sm90_gemm_kernel(const __grid_constant__ GemmParams<std::conditional_t<kFc1, Fc1Params,
-                                                                           Fc2Params>> params) {
+__global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
+    const __grid_constant__ GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>> params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = std::conditional_t<is_dequant_family(F), DqLayout<F, N>, SmemLayout<N>>;
+  ptx::griddep_enter();  // PDL: core/launch_pdl.h
   const auto& p = params.p;
   TileWork w;
   if (!tile_work(p.tables, p.num_experts, params.m_blocks, &w)) return;
 
   // Carve shared memory (stage buffers on the 1024-byte swizzle atom)
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
   auto* row_src = reinterpret_cast<int32_t*>(smem + L::kRowSrc);
@@ -197,11 +207,10 @@ CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows,
     cudaDriverEntryPointQueryResult status{};
     CAKEMOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
                                                         cudaEnableDefault, &status));
-    return reinterpret_cast<CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                         const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                         const cuuint32_t*, CUtensorMapInterleave,
-                                         CUtensorMapSwizzle, CUtensorMapL2promotion,
-                                         CUtensorMapFloatOOBfill)>(fn);
+    return reinterpret_cast<CUresult (*)(
+        CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+        const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+        CUtensorMapL2promotion, CUtensorMapFloatOOBfill)>(fn);
   }();
   CUtensorMap map{};
   CUresult r;
@@ -210,8 +219,8 @@ CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows,
     const cuuint64_t strides[2] = {128, cuuint64_t(rows) * 128};
     const cuuint32_t box[3] = {64, kBlockM, 1};
     const cuuint32_t unit[3] = {1, 1, 1};
-    r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(weights), dims,
-               strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+    r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(weights), dims, strides,
+               box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   } else if constexpr (is_dequant_family(F)) {
     const cuuint64_t row_bytes = dq_fp4(F) ? k / 2 : k;
@@ -234,9 +243,8 @@ CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   }
   if (r != CUDA_SUCCESS) {
-    throw CudaError("cuTensorMapEncodeTiled",
-                    "the sm90 weights map was rejected (CUresult " +
-                        std::to_string(static_cast<int>(r)) + ")");
+    throw CudaError("cuTensorMapEncodeTiled", "the sm90 weights map was rejected (CUresult " +
+                                                  std::to_string(static_cast<int>(r)) + ")");
   }
   return map;
 }
@@ -291,18 +299,16 @@ GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>&
   const GemmShape shape = shape_of<F>(p);
   const int64_t k_elems = kFc1 ? p.hidden : p.intermediate;
   if constexpr (is_dequant_family(F)) check_dq_alignment<F>(p);
-  params.weights_map = make_weights_map<F>(p.weights, p.num_experts,
-                                           shape.weight_rows, k_elems);
-  const int64_t m_blocks = kFc1 ? shape.weight_rows / kBlockM
-                                : (shape.weight_rows + kBlockM - 1) / kBlockM;
+  params.weights_map = make_weights_map<F>(p.weights, p.num_experts, shape.weight_rows, k_elems);
+  const int64_t m_blocks =
+      kFc1 ? shape.weight_rows / kBlockM : (shape.weight_rows + kBlockM - 1) / kBlockM;
   params.m_blocks = static_cast<int32_t>(m_blocks);
   // NOTE: max_ctas < 2^31 and m_blocks <= 2^14 (H, 2I <= 2^21): the product fits the 2-D grid.
   const LinearGrid g = linear_grid(p.tables.max_ctas * m_blocks);
   const dim3 grid(g.x, g.y);
   return [params, grid](Stream stream) {
-    sm90_gemm_kernel<F, kFc1, N><<<grid, kThreads, unit_smem_bytes<F, N>(),
-                                   static_cast<cudaStream_t>(stream)>>>(params);
-    CAKEMOE_CUDA_CHECK(cudaGetLastError());
+    core::launch_dependent(sm90_gemm_kernel<F, kFc1, N>, grid, dim3(kThreads),
+                           unit_smem_bytes<F, N>(), static_cast<cudaStream_t>(stream), params);
   };
 }
 #endif  // __CUDACC__
