@@ -21,14 +21,16 @@ namespace finalize_kernels {
 constexpr int kThreads = 128;
 constexpr int kMaxGridY = 65535;
 
+/// kVec bf16 of a row: the raw bits (loaded first, so the top-k loads are in flight together),
+/// then widened to fp32 and rounded back.
 template <int kVec>
 struct Bf16Vec;
 
 template <>
 struct Bf16Vec<1> {
-  CAKEMOE_DEVICE static void load(const uint16_t* src, float* out) {
-    out[0] = formats::bf16_to_float(*src);
-  }
+  using Raw = uint16_t;
+  CAKEMOE_DEVICE static Raw load(const uint16_t* src) { return *src; }
+  CAKEMOE_DEVICE static void widen(Raw raw, float* out) { out[0] = formats::bf16_to_float(raw); }
   CAKEMOE_DEVICE static void store(const float* in, uint16_t* dst) {
     *dst = formats::bf16_from_float(in[0]);
   }
@@ -36,9 +38,12 @@ struct Bf16Vec<1> {
 
 template <>
 struct Bf16Vec<8> {
-  CAKEMOE_DEVICE static void load(const uint16_t* src, float* out) {
-    const uint4 word = *reinterpret_cast<const uint4*>(src);
-    const uint32_t w[4] = {word.x, word.y, word.z, word.w};
+  using Raw = uint4;
+  CAKEMOE_DEVICE static Raw load(const uint16_t* src) {
+    return *reinterpret_cast<const uint4*>(src);
+  }
+  CAKEMOE_DEVICE static void widen(Raw raw, float* out) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
     for (int q = 0; q < 4; ++q) {
       out[2 * q] = formats::bf16_to_float(static_cast<uint16_t>(w[q] & 0xFFFFu));
       out[2 * q + 1] = formats::bf16_to_float(static_cast<uint16_t>(w[q] >> 16));
@@ -54,30 +59,53 @@ struct Bf16Vec<8> {
   }
 };
 
+/// Top-k terms whose loads a thread issues before it accumulates them.
+constexpr int kTermsInFlight = 8;
+
 template <int kVec>
 __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams p) {
   ptx::griddep_enter();  // PDL: core/launch_pdl.h
+  using Vec = Bf16Vec<kVec>;
   const int64_t h0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec;
   if (h0 >= p.hidden) return;
   for (int64_t t = blockIdx.y; t < p.num_tokens; t += gridDim.y) {
     float acc[kVec];
     for (int v = 0; v < kVec; ++v) acc[v] = 0.0f;
-    for (int64_t k = 0; k < p.top_k; ++k) {
-      const int64_t i = t * p.top_k + k;
-      const int32_t slot = __ldg(p.expanded_idx_to_permuted_idx + i);
-      // NOTE: -1 is "not routed here"; other out-of-range slots (rejected by the CPU reference)
-      // are skipped too: a kernel has no error path.
-      if (slot < 0 || slot >= p.gemm2_rows) continue;
-      const float w = p.weights_fp32
-                          ? __ldg(static_cast<const float*>(p.expert_weights) + i)
-                          : formats::bf16_to_float(
-                                __ldg(static_cast<const unsigned short*>(p.expert_weights) + i));
-      float g[kVec];
-      Bf16Vec<kVec>::load(p.gemm2_output + static_cast<int64_t>(slot) * p.hidden + h0, g);
-      // NOTE: spec §7.2 "fused multiply-add allowed" = exactly one fmaf per term, k ascending.
-      for (int v = 0; v < kVec; ++v) acc[v] = fmaf(w, g[v], acc[v]);
+    for (int64_t k0 = 0; k0 < p.top_k; k0 += kTermsInFlight) {
+      // Loads first: slots and weights, then the rows of the valid slots (a chain of dependent
+      // loads per term otherwise: 2 * K round trips at decode).
+      int32_t slot[kTermsInFlight];
+      float w[kTermsInFlight];
+      typename Vec::Raw raw[kTermsInFlight];
+#pragma unroll
+      for (int j = 0; j < kTermsInFlight; ++j) {
+        const int64_t i = t * p.top_k + k0 + j;
+        slot[j] = -1;
+        w[j] = 0.0f;
+        if (k0 + j < p.top_k) {
+          // NOTE: -1 is "not routed here"; other out-of-range slots (rejected by the CPU
+          // reference) are skipped too: a kernel has no error path.
+          const int32_t s = __ldg(p.expanded_idx_to_permuted_idx + i);
+          slot[j] = s < 0 || s >= p.gemm2_rows ? -1 : s;
+          w[j] = p.weights_fp32 ? __ldg(static_cast<const float*>(p.expert_weights) + i)
+                                : formats::bf16_to_float(__ldg(
+                                      static_cast<const unsigned short*>(p.expert_weights) + i));
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kTermsInFlight; ++j) {
+        if (slot[j] >= 0) raw[j] = Vec::load(p.gemm2_output + int64_t{slot[j]} * p.hidden + h0);
+      }
+#pragma unroll
+      for (int j = 0; j < kTermsInFlight; ++j) {
+        if (slot[j] < 0) continue;
+        float g[kVec];
+        Vec::widen(raw[j], g);
+        // NOTE: spec §7.2 "fused multiply-add allowed" = exactly one fmaf per term, k ascending.
+        for (int v = 0; v < kVec; ++v) acc[v] = fmaf(w[j], g[v], acc[v]);
+      }
     }
-    Bf16Vec<kVec>::store(acc, p.output + t * p.hidden + h0);
+    Vec::store(acc, p.output + t * p.hidden + h0);
   }
 }
 
