@@ -30,33 +30,21 @@ constexpr int kMaxFillBlocks = 4096;
 
 static_assert(kRoutingSingleMaxTokens * 32 <= kSingleThreads, "one expanded index per thread");
 
-/// Whether the single-launch kernel keeps the expert scratch (2 E_loc int32) in shared memory.
-CAKEMOE_HD constexpr bool single_scratch_in_shared(int64_t local_num_experts) {
-  return local_num_experts <= 4096;  // 32 KB next to the 4 KB of local_of
-}
-
 __global__ void __launch_bounds__(kSingleThreads) routing_single_kernel(const RoutingParams p) {
   ptx::griddep_enter();  // PDL: core/launch_pdl.h
   __shared__ int local_of[kSingleThreads];
-  // NOTE: the expert scratch lives in shared memory when it fits: the CTA table's binary
-  // searches over ctaOffset are chains of dependent loads (9 at E 288), ~0.5 us each from L2.
-  // The caller's histogram receives the same bytes at the end.
-  extern __shared__ int32_t scratch[];
-  const bool in_shared = single_scratch_in_shared(p.local_num_experts);
-  RoutingParams q = p;
-  if (in_shared) q.histogram = scratch;
   const int tid = threadIdx.x;
   const int lane = tid % kWarpSize;
-  if (q.logits != nullptr) {
-    for (int t = tid / kWarpSize; t < q.num_tokens; t += kSingleThreads / kWarpSize) {
-      route_token_warp(q, t, lane);
+  if (p.logits != nullptr) {
+    for (int t = tid / kWarpSize; t < p.num_tokens; t += kSingleThreads / kWarpSize) {
+      route_token_warp(p, t, lane);
     }
   }
-  for (int e = tid; e < q.local_num_experts; e += kSingleThreads) q.histogram[e] = 0;
+  for (int e = tid; e < p.local_num_experts; e += kSingleThreads) p.histogram[e] = 0;
   __syncthreads();  // topk_packed and the zeroed counts are visible to the block
 
-  const int n = q.num_tokens * q.top_k;  // <= kSingleThreads
-  if (tid < n) local_of[tid] = local_expert(q, tid);
+  const int n = p.num_tokens * p.top_k;  // <= kSingleThreads
+  if (tid < n) local_of[tid] = local_expert(p, tid);
   __syncthreads();
   // Rank = earlier indices of the same expert; the last index of each expert stores cnt[e].
   int e = -1, rank = 0;
@@ -69,28 +57,24 @@ __global__ void __launch_bounds__(kSingleThreads) routing_single_kernel(const Ro
         if (j < tid) ++rank;
         if (j > tid) last = false;
       }
-      if (last) q.histogram[e] = rank + 1;
+      if (last) p.histogram[e] = rank + 1;
     }
   }
   __syncthreads();
-  const int num_ctas = scan_experts(q);
+  const int num_ctas = scan_experts(p);
   __syncthreads();  // ctaOffset visible
 
   if (tid < n) {
     int slot = -1;
     if (e >= 0) {
-      slot = q.histogram[q.local_num_experts + e] * q.tile + rank;
-      q.permuted_idx_to_token_idx[slot] = tid / q.top_k;
+      slot = p.histogram[p.local_num_experts + e] * p.tile + rank;
+      p.permuted_idx_to_token_idx[slot] = tid / p.top_k;
     }
-    q.expanded_idx_to_permuted_idx[tid] = slot;
+    p.expanded_idx_to_permuted_idx[tid] = slot;
   }
-  for (int c = tid; c < q.max_ctas; c += kSingleThreads) write_cta_entry(q, c, num_ctas);
-  const int total_padded = num_ctas * q.tile;
-  for (int s = tid; s < q.p2t_end; s += kSingleThreads) fill_p2t_entry(q, s, total_padded);
-  if (in_shared) {
-    __syncthreads();
-    for (int i = tid; i < 2 * p.local_num_experts; i += kSingleThreads) p.histogram[i] = scratch[i];
-  }
+  for (int c = tid; c < p.max_ctas; c += kSingleThreads) write_cta_entry(p, c, num_ctas);
+  const int total_padded = num_ctas * p.tile;
+  for (int s = tid; s < p.p2t_end; s += kSingleThreads) fill_p2t_entry(p, s, total_padded);
 }
 
 __global__ void __launch_bounds__(kThreads) routing_topk_kernel(const RoutingParams p) {
@@ -209,10 +193,7 @@ inline void launch(const RoutingParams& p, Stream stream) {
       throw InvalidArgument("num_chunks", "the single-launch routing path needs T <= " +
                                               std::to_string(kRoutingSingleMaxTokens));
     }
-    const size_t scratch = single_scratch_in_shared(p.local_num_experts)
-                               ? 2 * sizeof(int32_t) * static_cast<size_t>(p.local_num_experts)
-                               : 0;
-    core::launch_dependent(routing_single_kernel, 1, dim3(kSingleThreads), scratch, s, p);
+    core::launch_dependent(routing_single_kernel, 1, dim3(kSingleThreads), 0, s, p);
     CAKEMOE_CUDA_CHECK(cudaGetLastError());
     return;
   }
