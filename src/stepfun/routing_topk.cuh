@@ -39,9 +39,6 @@ CAKEMOE_DEVICE uint64_t candidate(uint32_t key, int j) {
 CAKEMOE_DEVICE uint64_t lane_best_below(const void* row, bool fp32, int num_experts, int lane,
                                         uint64_t bound) {
   uint64_t best = 0;
-  // NOTE: unrolled so that 8 loads are in flight: one at a time, the first scan of a row costs
-  // E / 32 dependent trips to HBM (about 8 us of the 11 us single-launch routing at E 288).
-#pragma unroll 8
   for (int j = lane; j < num_experts; j += kWarpSize) {
     const uint64_t v = candidate(logit_key(logit_bits(row, fp32, j)), j);
     if (v < bound && v > best) best = v;
