@@ -7,10 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "bgmv/gpu/bgmv_plan_gpu.h"
 #include "bgmv/warnings.h"
 #include "cakemoe/errors.h"
 #include "core/cuda_check.h"
-#include "bgmv/gpu/bgmv_plan_gpu.h"
+#include "core/cuda_util.h"
 
 namespace cakemoe {
 namespace bgmv_gpu {
@@ -221,8 +222,10 @@ TEST(BgmvPlanGpuPortable, FallbackShapesMatchOracle) {
     strict.fallback = false;
     EXPECT_THROW(g.prepare_gpu(strict), Unsupported) << label;
   }
-  // One warning per distinct reason: slices, rank 12, hidden 2052 (the last row repeats).
-  EXPECT_EQ(messages.size(), 3u);
+  // One warning per distinct reason: slices, rank 12, hidden 2052 (the last row repeats); where
+  // the driver does not load native code (CUDA_FORCE_PTX_JIT=1) every row falls back for that
+  // one reason.
+  EXPECT_EQ(messages.size(), core::cuda_native_code_loads(0) ? 3u : 1u);
   bgmv::set_warning_hook(previous);
 }
 
