@@ -49,6 +49,12 @@ CAKEMOE_DEVICE uint4 ld_shared_v4(uint32_t addr) {
   return v;
 }
 
+CAKEMOE_DEVICE uint2 ld_shared_v2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+
 CAKEMOE_DEVICE uint32_t ld_shared_u16(uint32_t addr) {
   uint16_t v;
   asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));

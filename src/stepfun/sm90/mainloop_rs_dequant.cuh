@@ -45,10 +45,10 @@ constexpr uint32_t kDqScale2 = 0x58005800u;  ///< f16x2 (128, 128)
 template <Family F>
 struct DqFormat {
   static constexpr bool kFp4 = dq_fp4(F);
-  static constexpr int kRaw = dq_raw_row_bytes(F);         ///< raw bytes per row per stage
-  static constexpr int kBlock = dq_block_elems(F);         ///< K elements per scale
-  static constexpr int kWScale = dq_weight_scale_bytes(F);  ///< 128x4 bytes per stage
-  static constexpr int kTScale = dq_token_scale_bytes(F);   ///< token scale bytes per row
+  static constexpr int kRaw = dq_raw_row_bytes(F);            ///< raw bytes per row per stage
+  static constexpr int kBlock = dq_block_elems(F);            ///< K elements per scale
+  static constexpr int kWScale = dq_weight_scale_bytes(F);    ///< 128x4 bytes per stage
+  static constexpr int kTScale = dq_token_scale_bytes(F);     ///< token scale bytes per row
   static constexpr float kAccScale = kFp4 ? 16384.0f : 1.0f;  ///< nvfp4: 2^14 (see the header)
   template <int N>
   using Mma = std::conditional_t<kFp4, ptx::WgmmaF16RS<N>, ptx::WgmmaBf16RS<N>>;
@@ -61,10 +61,10 @@ struct DqLayout {
   static constexpr int kStages = dq_stages_for(F, N);
   static constexpr int kRing = dq_ring_slots(N);
   static constexpr int kB = 0;  ///< tokens: [stage][2 atoms][N rows][128 bytes]
-  static constexpr int kA = kB + kStages * dq_b_stage_bytes(N);          ///< [stage][128][raw]
-  static constexpr int kAScale = kA + kStages * kBlockM * Fmt::kRaw;     ///< [stage][kWScale]
-  static constexpr int kRingData = kAScale + kStages * Fmt::kWScale;     ///< [slot][N][raw]
-  static constexpr int kRingScale = kRingData + kRing * N * Fmt::kRaw;   ///< [slot][N][kTScale]
+  static constexpr int kA = kB + kStages * dq_b_stage_bytes(N);         ///< [stage][128][raw]
+  static constexpr int kAScale = kA + kStages * kBlockM * Fmt::kRaw;    ///< [stage][kWScale]
+  static constexpr int kRingData = kAScale + kStages * Fmt::kWScale;    ///< [slot][N][raw]
+  static constexpr int kRingScale = kRingData + kRing * N * Fmt::kRaw;  ///< [slot][N][kTScale]
   static constexpr int kFull = kRingScale + kRing * N * Fmt::kTScale;
   static constexpr int kEmpty = kFull + kStages * 8;
   static constexpr int kRingFull = kEmpty + kStages * 8;
@@ -114,8 +114,8 @@ CAKEMOE_DEVICE void e4m3x8_to_bf16x2(uint32_t w0, uint32_t w1, float scale, uint
     // Bytes t of w0 and w1 as one 16-bit pair; whichever half cvt fills first, A and B share it.
     const uint32_t pair = __byte_perm(w0, w1, t | ((t + 4) << 4));
     const uint32_t h2 = ptx::cvt_e4m3x2_f16x2(static_cast<uint16_t>(pair));
-    out[t] = ptx::pack_bf16x2(ptx::f16_to_f32(h2 & 0xFFFFu) * scale,
-                              ptx::f16_to_f32(h2 >> 16) * scale);
+    out[t] =
+        ptx::pack_bf16x2(ptx::f16_to_f32(h2 & 0xFFFFu) * scale, ptx::f16_to_f32(h2 >> 16) * scale);
   }
 }
 
@@ -129,8 +129,8 @@ CAKEMOE_DEVICE float dq_scale_f32(uint32_t sf_byte, bool valid) {
 /// Producer, TMA thread: per stage one raw 128-row weight box and the stage's 128x4 scale groups
 /// of this 128-row block (nvfp4: one or two 512-byte groups at the K tail, mxfp8: one).
 template <Family F, int N>
-CAKEMOE_DEVICE void dq_produce_weights(const CUtensorMap* map, uint8_t* smem,
-                                       const DqOperands& op, int64_t rows, const TileWork& w) {
+CAKEMOE_DEVICE void dq_produce_weights(const CUtensorMap* map, uint8_t* smem, const DqOperands& op,
+                                       int64_t rows, const TileWork& w) {
   using L = DqLayout<F, N>;
   using Fmt = DqFormat<F>;
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
@@ -164,7 +164,6 @@ constexpr int kDqCopyThreads = 32;     ///< gather warp 1: raw token copies
 constexpr int kDqConvertThreads = 64;  ///< gather warps 2, 3: conversion
 static_assert(kDqCopyThreads + kDqConvertThreads == kGatherThreads, "gather warps");
 
-
 /// Producer, copy warp (`lane` 0..31): per stage, the tile's token rows row_src[r]: 32-byte data
 /// pieces and 4-byte scale pieces (4 blocks each: all three scale layouts keep them contiguous)
 /// into the stage's ring slot, zeros for absent rows and past K; ring_full completes when the
@@ -174,7 +173,7 @@ CAKEMOE_DEVICE void dq_copy_tokens(const DqOperands& op, const int32_t* row_src,
                                    int lane) {
   using L = DqLayout<F, N>;
   using Fmt = DqFormat<F>;
-  constexpr int kPieces = Fmt::kRaw / 32;     // data pieces per row
+  constexpr int kPieces = Fmt::kRaw / 32;  // data pieces per row
   constexpr int kScalePieces = Fmt::kTScale / 4;
   constexpr int kElemsPerByte = Fmt::kFp4 ? 2 : 1;
   auto* ring_full = reinterpret_cast<uint64_t*>(smem + L::kRingFull);
@@ -273,25 +272,42 @@ CAKEMOE_DEVICE void dq_convert_tokens(uint8_t* smem, const DqOperands& op, int c
 
 // ---- Consumer ----------------------------------------------------------------------------------
 
-/// The A registers of one consumer thread for one stage: per row (r0, r0 + 8) the 32 raw K
-/// elements [32q, 32q + 32) and their scales, decoded group by group (4 groups of 8 elements).
+/// The A operand of one consumer thread for one stage: per row (r0, r0 + 8) the 32 K elements
+/// [32q, 32q + 32) and their scales, decoded group by group (4 groups of 8 elements).
+template <Family F, bool kFp4 = dq_fp4(F)>
+struct DqStageA;
+
+/// nvfp4 families: the 16 raw bytes of each row are loaded with the stage (8 registers).
 template <Family F>
-struct DqStageA {
-  uint32_t words[2][DqFormat<F>::kRaw / 16];  ///< nvfp4 4 words per row, mxfp8 8
-  uint32_t scale2[2][2];                      ///< nvfp4: f16x2 scale of blocks 2q, 2q + 1
-  float scale[2];                             ///< mxfp8: block q
+struct DqStageA<F, true> {
+  uint32_t words[2][4];
+  uint32_t scale2[2][2];  ///< f16x2 scales of blocks 2q, 2q + 1
 
   /// Pairs of group j (elements 32q + 8j + i) of row `row`.
   CAKEMOE_DEVICE void decode(int row, int j, uint32_t (&pairs)[4]) const {
-    if constexpr (DqFormat<F>::kFp4) {
-      e2m1x8_to_f16x2(words[row][j], scale2[row][j / 2], pairs);
-    } else {
-      e4m3x8_to_bf16x2(words[row][2 * j], words[row][2 * j + 1], scale[row], pairs);
-    }
+    e2m1x8_to_f16x2(words[row][j], scale2[row][j / 2], pairs);
   }
 };
 
-/// Loads a consumer thread's raw A of one stage (rows r0, r1 of the 128-row block; lane quad q).
+/// mxfp8: a group's 8 raw bytes are loaded when it is decoded (all 32 bytes of both rows up front
+/// took 16 registers and spilled at tiles 16..64).
+template <Family F>
+struct DqStageA<F, false> {
+  uint32_t row[2];    ///< shared address of the row in the stage's weight box
+  uint32_t phase[2];  ///< the row's 128-byte swizzle phase, r % 8
+  uint32_t chunk;     ///< 2q: the first of the two 16-byte chunks holding elements [32q, +32)
+  float scale[2];     ///< block q
+
+  CAKEMOE_DEVICE void decode(int r, int j, uint32_t (&pairs)[4]) const {
+    // dq_weight_chunk_offset(F, row, 2q + j / 2) plus the group's half of the chunk.
+    const uint32_t at = row[r] + (((chunk + j / 2) ^ phase[r]) << 4) + 8 * (j % 2);
+    const uint2 w = ptx::ld_shared_v2(at);
+    e4m3x8_to_bf16x2(w.x, w.y, scale[r], pairs);
+  }
+};
+
+/// Loads what a consumer thread needs of one stage's A (rows r0, r1 of the 128-row block; lane
+/// quad q): nvfp4 the raw words and scales, mxfp8 the scales and the rows' addresses.
 template <Family F>
 CAKEMOE_DEVICE DqStageA<F> dq_load_a(uint32_t a, uint32_t sc, int r0, int r1, int q, int k,
                                      int64_t kblocks) {
@@ -311,17 +327,13 @@ CAKEMOE_DEVICE DqStageA<F> dq_load_a(uint32_t a, uint32_t sc, int r0, int r1, in
       s.scale2[i][0] = dq_scale2(sf & 0xFFu, valid);
       s.scale2[i][1] = dq_scale2(sf >> 8, valid);
     } else {
-      // Elements [32q, 32q + 32) are chunks 2q, 2q + 1.
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const uint4 v = ptx::ld_shared_v4(a + dq_weight_chunk_offset(F, r, 2 * q + c));
-        s.words[i][4 * c] = v.x, s.words[i][4 * c + 1] = v.y;
-        s.words[i][4 * c + 2] = v.z, s.words[i][4 * c + 3] = v.w;
-      }
+      s.row[i] = a + r * kRowBytes;
+      s.phase[i] = r % 8;
       const uint32_t sf = ptx::ld_shared_u8(sc + dq_weight_scale_offset(F, r, q));
       s.scale[i] = dq_scale_f32(sf, int64_t(k) * 4 + q < kblocks);
     }
   }
+  if constexpr (!Fmt::kFp4) s.chunk = 2 * q;
   return s;
 }
 
