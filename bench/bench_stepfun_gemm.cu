@@ -2,7 +2,7 @@
 // physical operands (finite values), uniform random routing. Prints ms per launch (cudaEvents over
 // 10 launches, warm L2) and TFLOP/s of the valid rows. A plain main: without a CUDA device it says
 // so and exits 0.
-//   bench_stepfun_gemm [FAMILIES|all] [T,T,...] [PATH: default|sm90|simt] [TILE|default]
+//   bench_stepfun_gemm [FAMILIES|all] [T,T,...] [PATH: default|sm90|simt|sm90-e4m3] [TILE|default]
 // defaults: all families, T 8,64,512,2048, the default plan's units and tile.
 #include <cuda_runtime.h>
 
@@ -19,9 +19,9 @@
 #include "core/cuda_check.h"
 #include "core/cuda_util.h"
 #include "formats/layouts.h"
-#include "testbed/gpu/cuda_timing.h"
-#include "reference/stepfun/tables.h"
 #include "reference/stepfun/families.h"
+#include "reference/stepfun/tables.h"
+#include "testbed/gpu/cuda_timing.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -45,8 +45,8 @@ __global__ void fill_kernel(uint8_t* p, int64_t n, uint32_t seed, uint16_t and_m
 Tensor random_tensor(const std::vector<int64_t>& shape, DType dtype, uint32_t seed) {
   Tensor t = Tensor::empty(shape, dtype, Device::cuda(0));
   uint16_t and_mask = 0xFFFF, or_mask = 0;
-  if (dtype == DType::kBF16) and_mask = 0x80FF, or_mask = 0x3C00;  // +-2^-7 .. 2^-6 ranges
-  if (dtype == DType::kE4M3) and_mask = 0xB7B7;                    // exponent field <= 6
+  if (dtype == DType::kBF16) and_mask = 0x80FF, or_mask = 0x3C00;   // +-2^-7 .. 2^-6 ranges
+  if (dtype == DType::kE4M3) and_mask = 0xB7B7;                     // exponent field <= 6
   if (dtype == DType::kUE8M0) and_mask = 0x0303, or_mask = 0x7C7C;  // 2^-3 .. 2^0
   fill_kernel<<<1024, 256>>>(t.ptr<uint8_t>(), static_cast<int64_t>(t.nbytes()), seed, and_mask,
                              or_mask);
@@ -56,8 +56,8 @@ Tensor random_tensor(const std::vector<int64_t>& shape, DType dtype, uint32_t se
 
 /// Block scales: e4m3 in [2^-1, 2) (nvfp4*) or ue8m0 in [2^-3, 2^0] (mxfp8).
 Tensor random_scales(const std::vector<int64_t>& shape, Family f, uint32_t seed) {
-  Tensor t = Tensor::empty(shape, f == Family::kMXFP8 ? DType::kUE8M0 : DType::kE4M3,
-                           Device::cuda(0));
+  Tensor t =
+      Tensor::empty(shape, f == Family::kMXFP8 ? DType::kUE8M0 : DType::kE4M3, Device::cuda(0));
   const int64_t bytes = static_cast<int64_t>(t.nbytes());
   const uint16_t and_mask = f == Family::kMXFP8 ? 0x0303 : 0x0F0F;
   const uint16_t or_mask = f == Family::kMXFP8 ? 0x7C7C : 0x3030;
@@ -131,10 +131,19 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+/// Whether `p` is on `path`: "default" (any), "sm90", "simt", or "sm90-e4m3" (the sm90 plan of
+/// the mxfp8 e4m3 variant; "sm90" is the main sm90 units).
+bool on_path(const Plan& p, const std::string& path) {
+  if (path == "default") return true;
+  const bool e4m3 = p.fc1_kernel.find("_e4m3_") != std::string::npos;
+  if (path == "sm90-e4m3") return p.path == "sm90" && e4m3;
+  return p.path == path && !e4m3;
+}
+
 /// The plan whose path is `path` ("default": the default plan) at `tile` (0: the plan's own).
 Plan pick_plan(const ProblemDesc& problem, const Options& o) {
   for (const Plan& p : plans_for(problem)) {
-    if ((o.path == "default" || p.path == o.path) && (o.tile == 0 || p.tile == o.tile)) return p;
+    if (on_path(p, o.path) && (o.tile == 0 || p.tile == o.tile)) return p;
   }
   if (o.tile != 0) {
     // Outside the native window: the unit names of the same path at that tile.
@@ -142,7 +151,7 @@ Plan pick_plan(const ProblemDesc& problem, const Options& o) {
     for (int64_t t : {1, 16, 128, 1024, 4096, 16384, 65536}) {
       wide.num_tokens = t;
       for (const Plan& p : plans_for(wide)) {
-        if ((o.path == "default" || p.path == o.path) && p.tile == o.tile) return p;
+        if (on_path(p, o.path) && p.tile == o.tile) return p;
       }
     }
   }
@@ -227,11 +236,11 @@ void bench_family(Family f, const Options& o) {
     const double ms1 = gpu_testbed::time_ms([&] { fc1.launch(nullptr); }, kLaunches);
     const double ms2 = gpu_testbed::time_ms([&] { fc2.launch(nullptr); }, kLaunches);
     const double flop1 = 2.0 * t * kK * 2 * kI * kH, flop2 = 2.0 * t * kK * kH * kI;
-    std::printf("%-14s T %5lld tile %3lld %-4s fc1 %9.3f ms %7.2f TFLOP/s  fc2 %9.3f ms %7.2f "
-                "TFLOP/s  total %9.3f ms\n",
-                family_name(f), static_cast<long long>(t), static_cast<long long>(tile),
-                plan.path.c_str(), ms1,
-                flop1 / (ms1 * 1e9), ms2, flop2 / (ms2 * 1e9), ms1 + ms2);
+    std::printf(
+        "%-14s T %5lld tile %3lld %-4s fc1 %9.3f ms %7.2f TFLOP/s  fc2 %9.3f ms %7.2f "
+        "TFLOP/s  total %9.3f ms\n",
+        family_name(f), static_cast<long long>(t), static_cast<long long>(tile), plan.path.c_str(),
+        ms1, flop1 / (ms1 * 1e9), ms2, flop2 / (ms2 * 1e9), ms1 + ms2);
   }
 }
 
@@ -258,8 +267,7 @@ int main(int argc, char** argv) {
     if (argc > 3) o.path = argv[3];
     if (argc > 4 && std::string(argv[4]) != "default") o.tile = std::stoll(argv[4]);
     std::printf("StepFun GEMM stages, H %lld I %lld E %lld K %lld\n", static_cast<long long>(kH),
-                static_cast<long long>(kI), static_cast<long long>(kE),
-                static_cast<long long>(kK));
+                static_cast<long long>(kI), static_cast<long long>(kE), static_cast<long long>(kK));
     for (Family f : o.families) bench_family(f, o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_stepfun_gemm: %s\n", e.what());

@@ -26,8 +26,8 @@
 #include "cakemoe/stepfun.h"
 #include "core/cuda_check.h"
 #include "core/cuda_util.h"
-#include "reference/stepfun/weights.h"
 #include "reference/stepfun/families.h"
+#include "reference/stepfun/weights.h"
 #include "stepfun_layer_inputs.cuh"
 #include "stepfun_layer_report.h"
 
@@ -59,7 +59,7 @@ const char* kUsage =
     "  --workload=step35,fi     workloads (default both)\n"
     "  --family=bf16,fp8,...    families: bf16 fp8 mxfp8 nvfp4 nvfp4_bf16tok (default all)\n"
     "  --tokens=1,8,...         T values (default 1,8,64,512,4096,16384)\n"
-    "  --path=sm90|simt|both    kernel path (default sm90)\n"
+    "  --path=sm90|simt|both    kernel path (default sm90); sm90-e4m3: the mxfp8 e4m3 variant\n"
     "  --reps=N                 timed replays per row, median reported (default 20)\n"
     "  --out=DIR                write DIR/stepfun_layer.md and DIR/stepfun_layer.json\n"
     "  --budget=SECONDS         start no new row past this wall time; keep what was measured\n"
@@ -110,8 +110,8 @@ Options parse(int argc, char** argv) {
         o.tokens.push_back(v);
       }
     } else if (key == "--path") {
-      if (value != "both" && value != "sm90" && value != "simt") {
-        throw InvalidArgument("--path", "must be sm90, simt or both, got " + value);
+      if (value != "both" && value != "sm90" && value != "simt" && value != "sm90-e4m3") {
+        throw InvalidArgument("--path", "must be sm90, simt, both or sm90-e4m3, got " + value);
       }
       o.paths = value == "both" ? std::vector<std::string>{"sm90", "simt"}
                                 : std::vector<std::string>{value};
@@ -156,9 +156,12 @@ Options parse(int argc, char** argv) {
 
 // ---- Plans --------------------------------------------------------------------------------------
 
-/// sm90 units are named sm90_*, the portable SIMT units stepfun_* (src/stepfun/inst/).
+/// sm90 units are named sm90_* (the e4m3 variant's sm90_*_e4m3_t*), the portable SIMT units
+/// stepfun_* (src/stepfun/inst/).
 bool unit_on_path(const std::string& unit, const std::string& path) {
-  return unit.rfind(path == "sm90" ? "sm90_" : "stepfun_", 0) == 0;
+  const bool e4m3 = unit.find("_e4m3_") != std::string::npos;
+  if (path == "simt") return unit.rfind("stepfun_", 0) == 0;
+  return unit.rfind("sm90_", 0) == 0 && e4m3 == (path == "sm90-e4m3");
 }
 
 /// The first candidate of plans_for() whose FC1 and FC2 units are both on `path`.

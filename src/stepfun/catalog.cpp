@@ -17,14 +17,14 @@ namespace {
 
 std::vector<KernelUnit> build_cpu_units() {
   std::vector<KernelUnit> units;
-  units.push_back({Stage::kRouting, Family::kBF16, 0, Arch::kCpu, "cpu_routing"});
-  units.push_back({Stage::kRequant, Family::kNVFP4BF16Tok, 0, Arch::kCpu, "cpu_requant_nvfp4"});
-  units.push_back({Stage::kFinalize, Family::kBF16, 0, Arch::kCpu, "cpu_finalize"});
+  units.push_back({Stage::kRouting, Family::kBF16, 0, Arch::kCpu, "cpu_routing", ""});
+  units.push_back({Stage::kRequant, Family::kNVFP4BF16Tok, 0, Arch::kCpu, "cpu_requant_nvfp4", ""});
+  units.push_back({Stage::kFinalize, Family::kBF16, 0, Arch::kCpu, "cpu_finalize", ""});
   for (Family f : kAllFamilies) {
     for (int tile : tile_ladder()) {
       const std::string suffix = std::string(family_name(f)) + "_t" + std::to_string(tile);
-      units.push_back({Stage::kFc1, f, tile, Arch::kCpu, "cpu_fc1_" + suffix});
-      units.push_back({Stage::kFc2, f, tile, Arch::kCpu, "cpu_fc2_" + suffix});
+      units.push_back({Stage::kFc1, f, tile, Arch::kCpu, "cpu_fc1_" + suffix, ""});
+      units.push_back({Stage::kFc2, f, tile, Arch::kCpu, "cpu_fc2_" + suffix, ""});
     }
   }
   return units;
@@ -92,7 +92,12 @@ const KernelUnit* wrap(const core::KernelUnit* u, Stage stage, Family family) {
   auto& slot = cache[u->name];
   if (!slot) {
     const Arch own = std::string(u->arch) == "sm90a" ? Arch::kSm90 : Arch::kPortable;
-    slot = std::make_unique<KernelUnit>(KernelUnit{stage, family, u->size, own, u->name});
+    // Registry variants are the family name, or "family:variant" for a stage's further units.
+    const std::string registry_variant = u->variant;
+    const size_t colon = registry_variant.find(':');
+    slot = std::make_unique<KernelUnit>(KernelUnit{
+        stage, family, u->size, own, u->name,
+        colon == std::string::npos ? std::string() : registry_variant.substr(colon + 1)});
   }
   return slot.get();
 }
@@ -119,12 +124,19 @@ std::vector<const KernelUnit*> find_units(Stage stage, Family family, int tile, 
   // NOTE: SM90 runs its Hopper-only units and the portable ones; devices without native code in
   // this build run a unit only from its compute_80 PTX.
   if (arch == Arch::kSm90) {
-    const core::KernelUnit* u = core::find_kernel_unit("stepfun", stage_name(stage), variant,
-                                                       tile, true);
+    const core::KernelUnit* u =
+        core::find_kernel_unit("stepfun", stage_name(stage), variant, tile, true);
     if (u && std::string(u->arch) == "sm90a") out.push_back(wrap(u, stage, family));
+    if (stage_has_family(stage)) {
+      const core::KernelUnit* e4m3 =
+          core::find_kernel_unit("stepfun", stage_name(stage), variant + ":e4m3", tile, true);
+      if (e4m3 && e4m3->size == tile && std::string(e4m3->arch) == "sm90a") {
+        out.push_back(wrap(e4m3, stage, family));
+      }
+    }
   }
-  const core::KernelUnit* p = core::find_kernel_unit("stepfun", stage_name(stage), variant, tile,
-                                                     false);
+  const core::KernelUnit* p =
+      core::find_kernel_unit("stepfun", stage_name(stage), variant, tile, false);
   if (p && !(arch == Arch::kPortable && !core::kernel_unit_has_ptx(*p))) {
     out.push_back(wrap(p, stage, family));
   }

@@ -20,6 +20,9 @@ struct KernelUnit {
   int tile;       ///< 0: any tile
   Arch arch;      ///< the unit's own: kCpu, kSm90 (Hopper-only units) or kPortable
   std::string name;
+  /// "" for a stage's main unit; "e4m3" for sm90 mxfp8 units on e4m3 wgmma (tile_config.h
+  /// has_sm90_e4m3_unit), listed after the main sm90 unit. A plan pairs units of one variant.
+  std::string variant;
 };
 
 /// "routing", "fc1", "requant", "fc2", "finalize": the stage names of the kernel registry.

@@ -57,8 +57,8 @@ std::vector<Plan> plans_for(const ProblemDesc& problem) {
   // Native rule (computeSelectedTileN): center = clamp(nextPow2(ceil(T*K / E_loc)), ladder).
   const int64_t pairs = core::checked_mul(problem.num_tokens, problem.top_k, "num_tokens", "T * K");
   const int64_t avg = (pairs + problem.local_num_experts - 1) / problem.local_num_experts;
-  const int64_t center =
-      std::clamp<int64_t>(core::next_pow2_capped(avg, ladder.back()), ladder.front(), ladder.back());
+  const int64_t center = std::clamp<int64_t>(core::next_pow2_capped(avg, ladder.back()),
+                                             ladder.front(), ladder.back());
   const auto center_it = std::find(ladder.begin(), ladder.end(), static_cast<int>(center));
   const int64_t c = center_it - ladder.begin();
   std::vector<Plan> plans;
@@ -66,7 +66,8 @@ std::vector<Plan> plans_for(const ProblemDesc& problem) {
     // One plan per path both stages have a unit on (sm90 first on SM90, then the portable one).
     for (const KernelUnit* fc1 : find_units(Stage::kFc1, problem.family, tile, arch)) {
       for (const KernelUnit* fc2 : find_units(Stage::kFc2, problem.family, tile, arch)) {
-        if (fc1->arch != fc2->arch || (sm90_only && fc1->arch != Arch::kSm90)) continue;
+        if (fc1->arch != fc2->arch || fc1->variant != fc2->variant) continue;
+        if (sm90_only && fc1->arch != Arch::kSm90) continue;
         if (!unit_takes_shape(*fc1, problem.family, problem.hidden_size)) continue;
         plans.push_back(make_plan(problem, tile, *fc1, *fc2, arch));
       }

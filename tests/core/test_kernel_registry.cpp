@@ -8,8 +8,8 @@
 #include <string>
 
 #include "core/kernel_registry.h"
-#include "stepfun/catalog.h"
 #include "reference/stepfun/families.h"
+#include "stepfun/catalog.h"
 
 namespace cakemoe {
 namespace {
@@ -40,7 +40,7 @@ TEST(KernelRegistry, PtxUnitsAreTheOnesOtherDevicesRun) {
 
 // StepFun's planner finds a unit for a device without native code (Arch::kPortable) exactly where
 // it finds one for SM90 (every portable StepFun unit carries PTX in such a build); where SM90
-// prefers a Hopper-only unit, the portable one is its second choice.
+// prefers a Hopper-only unit, the portable one is its last choice.
 TEST(KernelRegistry, StepFunPortableArchFindsTheSm90Units) {
   if (core::kernel_units().empty()) GTEST_SKIP() << "no CUDA kernel units in this build";
   if (!build_has_ptx()) GTEST_SKIP() << "built with CAKEMOE_PORTABLE_PTX=OFF";
@@ -58,9 +58,14 @@ TEST(KernelRegistry, StepFunPortableArchFindsTheSm90Units) {
         if (sm90 != nullptr && other != nullptr) {
           if (sm90->arch == Arch::kSm90) {
             EXPECT_EQ(sm90->name.rfind("sm90_", 0), 0u) << sm90->name;
-            const auto both = stepfun::find_units(stage, family, tile, Arch::kSm90);
-            ASSERT_EQ(both.size(), 2u) << sm90->name;
-            EXPECT_EQ(both[1]->name, other->name);
+            // The main sm90 unit, its variants (the mxfp8 e4m3 units), the portable one last.
+            const auto all = stepfun::find_units(stage, family, tile, Arch::kSm90);
+            ASSERT_GE(all.size(), 2u) << sm90->name;
+            EXPECT_TRUE(all.front()->variant.empty()) << all.front()->name;
+            for (size_t i = 0; i + 1 < all.size(); ++i) {
+              EXPECT_EQ(all[i]->arch, Arch::kSm90) << all[i]->name;
+            }
+            EXPECT_EQ(all.back()->name, other->name);
           } else {
             EXPECT_EQ(sm90->name, other->name);
           }

@@ -96,6 +96,27 @@ TEST(Sm90TileConfig, DequantStagesFitSharedMemory) {
   EXPECT_EQ(dq_token_scale_bytes(Family::kMXFP8), 4);
 }
 
+TEST(Sm90TileConfig, E4m3VariantIsMxfp8DecodeAndFitsSharedMemory) {
+  for (Family f : kAllFamilies) {
+    for (int tile : {8, 16, 32, 64, 128, 256}) {
+      EXPECT_EQ(has_sm90_e4m3_unit(f, tile), f == Family::kMXFP8 && tile == 8) << tile;
+    }
+  }
+  const int tile = 8;
+  EXPECT_GE(mx_stages_for(tile), 4);
+  EXPECT_LE(2 * (mx_smem_bytes(tile) + 1024), 228 * 1024);
+  // The epilogue staging tiles reuse the weight and token stage buffers at the base.
+  const int region = mx_stages_for(tile) * (a_stage_bytes() + b_stage_bytes(tile));
+  EXPECT_LE(tile * kFc1StageStride * 4, region);
+  EXPECT_LE(tile * kFc2StageStride * 2, region);
+  // A row's 4 block scales of a stage are one aligned 4-byte word of the 128x4 group.
+  for (int r = 0; r < kBlockM; ++r) {
+    const int at = dq_weight_scale_offset(Family::kMXFP8, r, 0);
+    EXPECT_EQ(at % 4, 0) << r;
+    for (int b = 0; b < 4; ++b) EXPECT_EQ(dq_weight_scale_offset(Family::kMXFP8, r, b), at + b);
+  }
+}
+
 // The consumers' reads of a stage's raw weights and scales, against the layouts the TMA box and
 // the bulk copy of 128x4 groups produce: stage k of a 128-row block holds 128 K elements, i.e.
 // the block's 128x4 groups [k * G, (k + 1) * G) back to back (G = 2 for nvfp4, 1 for mxfp8).
@@ -107,8 +128,8 @@ TEST(Sm90TileConfig, DequantConsumerOffsetsMatchTheLayouts) {
       for (int r = 0; r < kBlockM; ++r) {
         for (int q = 0; q < 4; ++q) {
           const int block = 32 * q / per_block;  // first block of elements [32q, 32q + 32)
-          const int64_t stage_base = formats::sf_offset_128x4(0, int64_t(k) * 128 / per_block,
-                                                              kblocks);
+          const int64_t stage_base =
+              formats::sf_offset_128x4(0, int64_t(k) * 128 / per_block, kblocks);
           const int64_t want =
               formats::sf_offset_128x4(r, int64_t(k) * 128 / per_block + block, kblocks) -
               stage_base;
@@ -172,6 +193,12 @@ TEST(Sm90TileConfig, GeneratedUnitFilesAreTheAdmittedTriples) {
     for (int tile = 1; tile <= 512; ++tile) {
       if (!has_sm90_unit(family, tile)) continue;
       for (const char* stage : {"fc1", "fc2"}) admitted.insert({stage, family_name(family), tile});
+    }
+    for (int tile = 1; tile <= 512; ++tile) {
+      if (!has_sm90_e4m3_unit(family, tile)) continue;
+      for (const char* stage : {"fc1", "fc2"}) {
+        admitted.insert({stage, std::string(family_name(family)) + "_e4m3", tile});
+      }
     }
   }
   std::set<Triple> files;

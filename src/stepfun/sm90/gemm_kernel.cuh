@@ -2,7 +2,8 @@
 // one 128-row weight block; 384 threads: warpgroup 0 produces (warp 0 lane 0 issues the weight
 // TMA, warps 1..3 gather token rows), warpgroups 1 and 2 each multiply 64 weight rows by the
 // tile's tokens with wgmma (bf16, fp8: mainloop_ss.cuh; nvfp4 families, mxfp8:
-// mainloop_rs_dequant.cuh) and run the stage's epilogue (epilogue.cuh).
+// mainloop_rs_dequant.cuh; the mxfp8 "e4m3" variant units: mainloop_mx.cuh) and run the stage's
+// epilogue (epilogue.cuh).
 #pragma once
 
 #include <cuda.h>
@@ -19,6 +20,7 @@
 #include "formats/layouts.h"
 #include "ptx/sync.cuh"
 #include "stepfun/sm90/epilogue.cuh"
+#include "stepfun/sm90/mainloop_mx.cuh"
 #include "stepfun/sm90/mainloop_rs_dequant.cuh"
 #include "stepfun/sm90/mainloop_ss.cuh"
 #include "stepfun/sm90/params.h"
@@ -95,21 +97,36 @@ CAKEMOE_DEVICE DqOperands dq_operands(const Fc2Params& p, const GemmShape& s, in
           s.num_k};
 }
 
+/// The main loop a unit runs: the SS one (bf16, fp8), the register dequant (nvfp4 families,
+/// mxfp8) or, for the "e4m3" variant units, mxfp8 on e4m3 wgmma with per-block promotion.
+enum class MainLoop { kSs, kDequant, kMxE4m3 };
+
+template <Family F, bool kE4m3>
+CAKEMOE_HD constexpr MainLoop main_loop() {
+  static_assert(!kE4m3 || F == Family::kMXFP8, "the e4m3 variant is mxfp8's");
+  return kE4m3 ? MainLoop::kMxE4m3 : is_dequant_family(F) ? MainLoop::kDequant : MainLoop::kSs;
+}
+
 /// Dynamic shared memory of a unit.
-template <Family F, int N>
+template <Family F, int N, bool kE4m3 = false>
 CAKEMOE_HD constexpr int unit_smem_bytes() {
-  if constexpr (is_dequant_family(F)) {
+  if constexpr (kE4m3) {
+    return mx_smem_bytes(N);
+  } else if constexpr (is_dequant_family(F)) {
     return dq_smem_bytes(F, N);
   } else {
     return smem_bytes(N);
   }
 }
 
-template <Family F, bool kFc1, int N>
+template <Family F, bool kFc1, int N, bool kE4m3 = false>
 __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
     const __grid_constant__ GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>> params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = std::conditional_t<is_dequant_family(F), DqLayout<F, N>, SmemLayout<N>>;
+  constexpr MainLoop kLoop = main_loop<F, kE4m3>();
+  using L = std::conditional_t<
+      kLoop == MainLoop::kMxE4m3, MxLayout<N>,
+      std::conditional_t<kLoop == MainLoop::kDequant, DqLayout<F, N>, SmemLayout<N>>>;
   ptx::griddep_enter();  // PDL: core/launch_pdl.h
   const auto& p = params.p;
   TileWork w;
@@ -128,12 +145,15 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
   // Init barriers and the tile's row sources (-1: a zero row)
   if (tid == 0) {
     // The stage is full once the TMA thread's bytes and every token writer have arrived.
-    constexpr int kTokenWriters = is_dequant_family(F) ? kDqConvertThreads : kGatherThreads;
+    constexpr int kTokenWriters = kLoop == MainLoop::kDequant ? kDqConvertThreads : kGatherThreads;
+    constexpr int kReleases = kLoop == MainLoop::kSs        ? kConsumerWarps
+                              : kLoop == MainLoop::kDequant ? kDqEmptyArrivals
+                                                            : kMxEmptyArrivals;
     for (int s = 0; s < L::kStages; ++s) {
       ptx::mbarrier_init(&full[s], 1 + kTokenWriters);
-      ptx::mbarrier_init(&empty[s], is_dequant_family(F) ? kDqEmptyArrivals : kConsumerWarps);
+      ptx::mbarrier_init(&empty[s], kReleases);
     }
-    if constexpr (is_dequant_family(F)) {
+    if constexpr (kLoop == MainLoop::kDequant) {
       for (int s = 0; s < L::kRing; ++s) {
         ptx::mbarrier_init(reinterpret_cast<uint64_t*>(smem + L::kRingFull) + s, kDqCopyThreads);
         ptx::mbarrier_init(reinterpret_cast<uint64_t*>(smem + L::kRingEmpty) + s,
@@ -159,7 +179,15 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
 
   if (tid < 128) {
     // Producer warpgroup
-    if constexpr (is_dequant_family(F)) {
+    if constexpr (kLoop == MainLoop::kMxE4m3) {
+      const DqOperands op = dq_operands<F>(p, shape, w.expert);
+      if (tid == 0) {
+        dq_produce_weights<F, N, L>(&params.weights_map, smem, op, shape.weight_rows, w);
+      } else if (tid >= 32) {
+        produce_tokens<N, L>(shape.tokens, shape.token_row_bytes, row_src, smem, shape.num_k,
+                             tid - 32, MxTokenScales<N>{&op, row_src, smem});
+      }
+    } else if constexpr (kLoop == MainLoop::kDequant) {
       const DqOperands op = dq_operands<F>(p, shape, w.expert);
       if (tid == 0) {
         dq_produce_weights<F, N>(&params.weights_map, smem, op, shape.weight_rows, w);
@@ -180,7 +208,9 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
     // Consumer warpgroups: main loop, then the stage's epilogue
     const int ctid = tid - 128;
     float acc[N / 2];
-    if constexpr (is_dequant_family(F)) {
+    if constexpr (kLoop == MainLoop::kMxE4m3) {
+      mx_consume<N>(smem, dq_operands<F>(p, shape, w.expert), ctid / 128, acc);
+    } else if constexpr (kLoop == MainLoop::kDequant) {
       dq_consume<F, N>(smem, dq_operands<F>(p, shape, w.expert), ctid / 128, acc);
     } else {
       consume<F, N>(smem, shape.num_k, ctid / 128, acc);
@@ -284,13 +314,13 @@ void check_dq_alignment(const Fc2Params& p) {
 
 /// Binder (stepfun/gemm_params.h GemmBinder): the tensor map is encoded here, once; the closure
 /// only enqueues (no allocation, no host synchronisation, graph-capturable).
-template <Family F, bool kFc1, int N>
+template <Family F, bool kFc1, int N, bool kE4m3 = false>
 GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>& p) {
   using Params = GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>>;
   static const bool configured = [] {
-    CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_gemm_kernel<F, kFc1, N>,
+    CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_gemm_kernel<F, kFc1, N, kE4m3>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            unit_smem_bytes<F, N>()));
+                                            unit_smem_bytes<F, N, kE4m3>()));
     return true;
   }();
   (void)configured;
@@ -307,8 +337,9 @@ GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>&
   const LinearGrid g = linear_grid(p.tables.max_ctas * m_blocks);
   const dim3 grid(g.x, g.y);
   return [params, grid](Stream stream) {
-    core::launch_dependent(sm90_gemm_kernel<F, kFc1, N>, grid, dim3(kThreads),
-                           unit_smem_bytes<F, N>(), static_cast<cudaStream_t>(stream), params);
+    core::launch_dependent(sm90_gemm_kernel<F, kFc1, N, kE4m3>, grid, dim3(kThreads),
+                           unit_smem_bytes<F, N, kE4m3>(), static_cast<cudaStream_t>(stream),
+                           params);
   };
 }
 #endif  // __CUDACC__

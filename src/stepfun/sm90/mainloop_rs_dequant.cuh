@@ -127,11 +127,11 @@ CAKEMOE_DEVICE float dq_scale_f32(uint32_t sf_byte, bool valid) {
 // ---- Producers ---------------------------------------------------------------------------------
 
 /// Producer, TMA thread: per stage one raw 128-row weight box and the stage's 128x4 scale groups
-/// of this 128-row block (nvfp4: one or two 512-byte groups at the K tail, mxfp8: one).
-template <Family F, int N>
+/// of this 128-row block (nvfp4: one or two 512-byte groups at the K tail, mxfp8: one), into the
+/// stage buffers of layout L (this main loop's, or mainloop_mx.cuh's).
+template <Family F, int N, class L = DqLayout<F, N>>
 CAKEMOE_DEVICE void dq_produce_weights(const CUtensorMap* map, uint8_t* smem, const DqOperands& op,
                                        int64_t rows, const TileWork& w) {
-  using L = DqLayout<F, N>;
   using Fmt = DqFormat<F>;
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);

@@ -70,8 +70,8 @@ struct PipeState {
 /// Producer, TMA thread: one 128-row x 128-byte weight box per stage. bf16 weights are
 /// BlockMajorK [E * K/64, rows, 64] (3-D map), e4m3 weights row-major [E * rows, K] (2-D map).
 template <Family F, int N>
-CAKEMOE_DEVICE void produce_weights(const CUtensorMap* map, uint8_t* smem, int num_k,
-                                    int64_t rows, const TileWork& w) {
+CAKEMOE_DEVICE void produce_weights(const CUtensorMap* map, uint8_t* smem, int num_k, int64_t rows,
+                                    const TileWork& w) {
   using L = SmemLayout<N>;
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
@@ -95,13 +95,19 @@ CAKEMOE_DEVICE void produce_weights(const CUtensorMap* map, uint8_t* smem, int n
 /// 128 bytes of K, row r from `base + row_src[r] * row_bytes` (zeros for row_src < 0 and past the
 /// row), 16-byte chunk c stored at chunk c ^ (r % 8) of row r (the 128-byte swizzle). Copies run
 /// kLookahead stages ahead of their completion.
+/// `extra(k, stage, gtid)` issues further cp.async copies into the stage (the e4m3 variant's token
+/// scales) that complete with it.
 /// NOTE: each iteration first completes stage k - kLookahead, then waits for stage k to be free:
 /// the consumers free a stage only after the next one is full, so waiting first would deadlock
 /// once kLookahead >= stages - 1.
-template <int N>
+struct NoTokenExtra {
+  CAKEMOE_DEVICE void operator()(int, int, int) const {}
+};
+
+template <int N, class L = SmemLayout<N>, class Extra = NoTokenExtra>
 CAKEMOE_DEVICE void produce_tokens(const uint8_t* base, int64_t row_bytes, const int32_t* row_src,
-                                   uint8_t* smem, int num_k, int gtid) {
-  using L = SmemLayout<N>;
+                                   uint8_t* smem, int num_k, int gtid,
+                                   const Extra& extra = Extra()) {
   constexpr int kLookahead = L::kStages - 1 < 3 ? L::kStages - 1 : 3;
   static_assert(kLookahead >= 1, "the gather needs two stages");
   constexpr int kChunks = N * (kRowBytes / 16);
@@ -124,6 +130,7 @@ CAKEMOE_DEVICE void produce_tokens(const uint8_t* base, int64_t row_bytes, const
       const uint8_t* from = valid ? base + src * row_bytes + offset : base;
       ptx::cp_async_16(stage + r * kRowBytes + ((c ^ (r % 8)) << 4), from, valid);
     }
+    extra(k, ps.stage, gtid);
     ptx::cp_async_commit();
   }
   ptx::cp_async_wait<0>();

@@ -15,13 +15,13 @@ namespace cakemoe {
 namespace stepfun {
 namespace sm90 {
 
-constexpr int kBlockM = 128;     ///< weight rows per CTA (two consumer warpgroups of 64)
-constexpr int kRowBytes = 128;   ///< bytes of one operand row per stage: one 128-byte swizzle row
-constexpr int kThreads = 384;    ///< producer warpgroup + 2 consumer warpgroups
-constexpr int kGatherThreads = 96;   ///< producer warps 1..3 copy token rows (warp 0 issues TMA)
+constexpr int kBlockM = 128;    ///< weight rows per CTA (two consumer warpgroups of 64)
+constexpr int kRowBytes = 128;  ///< bytes of one operand row per stage: one 128-byte swizzle row
+constexpr int kThreads = 384;   ///< producer warpgroup + 2 consumer warpgroups
+constexpr int kGatherThreads = 96;  ///< producer warps 1..3 copy token rows (warp 0 issues TMA)
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumerThreads = 32 * kConsumerWarps;  ///< two consumer warpgroups
-constexpr int kFc1Features = 64;     ///< FC1 output features per CTA
+constexpr int kFc1Features = 64;                       ///< FC1 output features per CTA
 
 /// Whether the family's sm90 unit dequantizes in registers (mainloop_rs_dequant.cuh).
 CAKEMOE_HD constexpr bool is_dequant_family(Family family) {
@@ -31,8 +31,8 @@ CAKEMOE_HD constexpr bool is_dequant_family(Family family) {
 /// Whether an sm90 unit exists for (family, tile). fp8 keeps a second accumulator for the
 /// per-stage promotion, so its largest tile is 128 (256 would need 256 accumulator registers).
 CAKEMOE_HD constexpr bool has_sm90_unit(Family family, int tile) {
-  const bool ladder = tile == 8 || tile == 16 || tile == 32 || tile == 64 || tile == 128 ||
-                      tile == 256;
+  const bool ladder =
+      tile == 8 || tile == 16 || tile == 32 || tile == 64 || tile == 128 || tile == 256;
   if (!ladder) return false;
   if (family == Family::kBF16) return true;
   if (family == Family::kFP8) return tile <= 128;
@@ -127,8 +127,31 @@ CAKEMOE_HD constexpr int dq_stage_region_bytes(Family family, int tile) {
 
 CAKEMOE_HD constexpr int dq_smem_bytes(Family family, int tile) {
   return dq_stage_region_bytes(family, tile) +
-         dq_ring_slots(tile) * dq_ring_slot_bytes(family, tile) +
-         dq_stages_for(family, tile) * 16 + dq_ring_slots(tile) * 16 + tile * 4 + 1024;
+         dq_ring_slots(tile) * dq_ring_slot_bytes(family, tile) + dq_stages_for(family, tile) * 16 +
+         dq_ring_slots(tile) * 16 + tile * 4 + 1024;
+}
+
+// ---- mxfp8 on e4m3 wgmma with per-block promotion (mainloop_mx.cuh, the "e4m3" variant) -------
+// A stage is 128 K elements as in the SS path (weights by TMA, token rows gathered raw, both
+// 128-byte swizzled) plus the weights' 128x4 scale group (512 bytes) and 4 scale bytes per token
+// row. Two CTAs per SM.
+
+/// Whether the e4m3 variant exists for (family, tile): mxfp8 at tile 8 only. Its promotion costs
+/// N/2 multiplies and N/2 multiply-adds per k32 block; SASS of the FC1 stage loop (nvcc 13.0):
+/// tile 8 268 instructions against the dequant's 327, tile 16 366 vs 336, tile 32 554 vs 336.
+CAKEMOE_HD constexpr bool has_sm90_e4m3_unit(Family family, int tile) {
+  return family == Family::kMXFP8 && tile == 8;
+}
+
+CAKEMOE_HD constexpr int mx_stage_bytes(int tile) {
+  return a_stage_bytes() + b_stage_bytes(tile) + 512 + tile * 4;
+}
+CAKEMOE_HD constexpr int mx_stages_for(int tile) {
+  const int stages = 108 * 1024 / mx_stage_bytes(tile);
+  return stages > 8 ? 8 : stages;
+}
+CAKEMOE_HD constexpr int mx_smem_bytes(int tile) {
+  return mx_stages_for(tile) * (mx_stage_bytes(tile) + 16) + tile * 4 + 1024;
 }
 
 /// Byte offset, inside a stage's 128x4 weight scales, of the first scale of K elements

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "stepfun/catalog.h"
@@ -59,12 +60,14 @@ DType fc1_out_dtype(Family f) {
 }
 
 /// True when the stage's unit for this case multiplies e4m3 on Hopper tensor cores (the sm90 fp8
-/// units): their accumulator keeps about 13 significant bits per instruction (products aligned to
-/// the largest), so errors scale with the partial sums rather than the result and an output whose
-/// sum cancels can land several output steps away (measured on the H200: relative Frobenius
-/// 8e-4 for FC2, 3e-3 for FC1 after e4m3 rounding; 0.03-0.09 % of elements past one step).
-bool tensor_core_fp8(const Case& c, cakemoe::stepfun::Stage stage) {
+/// units, and the mxfp8 "e4m3" variant `kernel` names): their accumulator keeps about 13
+/// significant bits per instruction (products aligned to the largest), so errors scale with the
+/// partial sums rather than the result and an output whose sum cancels can land several output
+/// steps away (measured on the H200: relative Frobenius 8e-4 for FC2, 3e-3 for FC1 after e4m3
+/// rounding; 0.03-0.09 % of elements past one step).
+bool tensor_core_fp8(const Case& c, cakemoe::stepfun::Stage stage, const std::string& kernel) {
   namespace sf = cakemoe::stepfun;
+  if (kernel.find("_e4m3_") != std::string::npos) return true;
   if (c.family != Family::kFP8) return false;
   const sf::KernelUnit* unit =
       sf::find_unit(stage, c.family, static_cast<int>(c.dims.tile), sf::arch_of(Device::cuda(0)));
@@ -74,8 +77,8 @@ bool tensor_core_fp8(const Case& c, cakemoe::stepfun::Stage stage) {
 /// Exact-to-one-step for fp32-accumulating units; for tensor-core e4m3 the issue's bar (relative
 /// Frobenius <= 1e-2) with at most 0.25 % of elements past the per-element tolerance.
 void expect_accuracy(const Case& c, cakemoe::stepfun::Stage stage, const Stats& stats,
-                     double exact_fraction) {
-  if (tensor_core_fp8(c, stage)) {
+                     double exact_fraction, const std::string& kernel) {
+  if (tensor_core_fp8(c, stage, kernel)) {
     EXPECT_LE(stats.rel_frob(), 1e-2) << stats.summary();
     EXPECT_LE(stats.bad, stats.total / 400) << stats.summary();
     EXPECT_GE(stats.exact_fraction(), 0.85) << stats.summary();
@@ -101,9 +104,10 @@ double fc1_tolerance(const Case& c, double want, double block_amax, double row_a
   }
 }
 
-void check_fc1(const Case& c) {
+/// `kernel`: the unit to run (a Plan's fc1_kernel); empty: the device's preferred one.
+void check_fc1(const Case& c, const std::string& kernel = "") {
   SCOPED_TRACE(std::string(name(c.family)) + " I " + std::to_string(c.dims.inter) + " tile " +
-               std::to_string(c.dims.tile));
+               std::to_string(c.dims.tile) + " " + kernel);
   testing::Fc1Out want;
   fc1(testing::fc1_problem(c, &want));
 
@@ -146,6 +150,7 @@ void check_fc1(const Case& c) {
   a.gemm1_output_scale = out_sf;
   a.top_k = c.dims.top_k;
   a.tile_tokens_dim = c.dims.tile;
+  a.kernel = kernel;
   cakemoe::stepfun::prepare_fc1(a).launch(nullptr);
   gpu_testbed::sync_or_exit(nullptr, std::string("fc1 ") + name(c.family) + " I " +
                                          std::to_string(inter) + " tile " +
@@ -202,7 +207,7 @@ void check_fc1(const Case& c) {
   std::cout << "[fc1 " << name(c.family) << " I=" << inter << " tile=" << c.dims.tile << "] "
             << stats.summary() << "; SF bytes differing " << sf_differs << " (by > 1 code "
             << sf_far << ")\n";
-  expect_accuracy(c, cakemoe::stepfun::Stage::kFc1, stats, 0.98);
+  expect_accuracy(c, cakemoe::stepfun::Stage::kFc1, stats, 0.98, kernel);
   EXPECT_EQ(padded_written, 0) << "bytes written in rows outside [n*tile, mn_limit)";
   EXPECT_EQ(sf_pad_written, 0) << "SF bytes written outside the valid rows";
   EXPECT_EQ(sf_far, 0) << "SF codes more than one step away from the reference";
@@ -215,9 +220,9 @@ DType fc2_in_dtype(Family f) {
 }
 
 /// FC2 on the reference FC1 output (nvfp4_bf16tok: the reference requant of it).
-void check_fc2(const Case& c) {
+void check_fc2(const Case& c, const std::string& kernel = "") {
   SCOPED_TRACE(std::string(name(c.family)) + " I " + std::to_string(c.dims.inter) + " tile " +
-               std::to_string(c.dims.tile));
+               std::to_string(c.dims.tile) + " " + kernel);
   testing::PipelineOut pipe;
   fc1(testing::fc1_problem(c, &pipe.fc1));
   fc2(testing::fc2_problem(c, &pipe));
@@ -232,10 +237,9 @@ void check_fc2(const Case& c) {
   gpu_gemm::DeviceTables tables = gpu_gemm::upload_tables(c);
   const bool scaled = per_token || c.family == Family::kNVFP4 || c.family == Family::kMXFP8;
   const Tensor x = upload(in.data(), {rows, in_cols}, in_dtype);
-  const Tensor x_sf =
-      scaled ? upload(in_sf.data(), {static_cast<int64_t>(in_sf.size())},
-                      c.family == Family::kMXFP8 ? DType::kUE8M0 : DType::kE4M3)
-             : Tensor();
+  const Tensor x_sf = scaled ? upload(in_sf.data(), {static_cast<int64_t>(in_sf.size())},
+                                      c.family == Family::kMXFP8 ? DType::kUE8M0 : DType::kE4M3)
+                             : Tensor();
   const Tensor pts = per_token ? upload(pipe.row_scale.data(), {rows}, DType::kFP32) : Tensor();
   const Tensor w2 = upload(w.gemm2_weights), w2_sf = upload_opt(w.gemm2_weights_scale);
   const Tensor s2 = upload_opt(w.output2_scale_scalar);
@@ -256,6 +260,7 @@ void check_fc2(const Case& c) {
   a.num_tokens = c.dims.tokens;
   a.top_k = c.dims.top_k;
   a.tile_tokens_dim = c.dims.tile;
+  a.kernel = kernel;
   cakemoe::stepfun::prepare_fc2(a).launch(nullptr);
   gpu_testbed::sync_or_exit(nullptr, std::string("fc2 ") + name(c.family) + " I " +
                                          std::to_string(inter) + " tile " +
@@ -286,7 +291,7 @@ void check_fc2(const Case& c) {
   }
   std::cout << "[fc2 " << name(c.family) << " I=" << inter << " H=" << hidden
             << " tile=" << c.dims.tile << "] " << stats.summary() << "\n";
-  expect_accuracy(c, cakemoe::stepfun::Stage::kFc2, stats, 0.95);
+  expect_accuracy(c, cakemoe::stepfun::Stage::kFc2, stats, 0.95, kernel);
   EXPECT_EQ(padded_written, 0) << "gemm2_output written in rows outside [n*tile, mn_limit)";
 }
 
@@ -312,6 +317,35 @@ TEST(StepfunGemmGpu, Fc2MatchesReferenceEveryFamilyTileAndI) {
       for (int64_t tile : kTiles) check_fc2(gpu_gemm::with_tile(base, tile));
     }
   }
+}
+
+// The sm90 units beyond a stage's preferred one (the mxfp8 "e4m3" variant), by name.
+TEST(StepfunGemmGpu, VariantUnitsMatchReference) {
+  CAKEMOE_REQUIRE_GPU();
+  namespace sf = cakemoe::stepfun;
+  const sf::Arch arch = sf::arch_of(Device::cuda(0));
+  int ran = 0;
+  for (Family f : kAllFamilies) {
+    for (int64_t tile : kTiles) {
+      for (const sf::Stage stage : {sf::Stage::kFc1, sf::Stage::kFc2}) {
+        for (const sf::KernelUnit* u : sf::find_units(stage, f, static_cast<int>(tile), arch)) {
+          if (u->variant.empty()) continue;
+          for (int64_t inter : {1536, 1280}) {
+            const Case c = gpu_gemm::with_tile(testing::make_case(f, base_dims(inter)), tile);
+            if (stage == sf::Stage::kFc1) {
+              Case dropped = c;
+              drop_one_token(&dropped);
+              check_fc1(dropped, u->name);
+            } else {
+              check_fc2(c, u->name);
+            }
+            ++ran;
+          }
+        }
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no variant units on this device / build";
 }
 
 }  // namespace
