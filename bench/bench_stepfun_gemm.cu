@@ -2,7 +2,8 @@
 // physical operands (finite values), uniform random routing. Prints ms per launch (cudaEvents over
 // 10 launches, warm L2) and TFLOP/s of the valid rows. A plain main: without a CUDA device it says
 // so and exits 0.
-//   bench_stepfun_gemm [FAMILIES|all] [T,T,...] [PATH: default|sm90|simt|sm90-e4m3] [TILE|default]
+//   bench_stepfun_gemm [FAMILIES|all] [T,T,...] [PATH: default|sm90|simt|sm90-e4m3|sm90-g8]
+//   [TILE|default]
 // defaults: all families, T 8,64,512,2048, the default plan's units and tile.
 #include <cuda_runtime.h>
 
@@ -131,13 +132,19 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-/// Whether `p` is on `path`: "default" (any), "sm90", "simt", or "sm90-e4m3" (the sm90 plan of
-/// the mxfp8 e4m3 variant; "sm90" is the main sm90 units).
+/// Whether `p` is on `path`: "default" (any), "sm90" (the main sm90 units), "simt", or
+/// "sm90-<variant>" (an sm90 variant unit pair: e4m3, g8; their unit names end in
+/// _<variant>_t<tile>).
 bool on_path(const Plan& p, const std::string& path) {
   if (path == "default") return true;
-  const bool e4m3 = p.fc1_kernel.find("_e4m3_") != std::string::npos;
-  if (path == "sm90-e4m3") return p.path == "sm90" && e4m3;
-  return p.path == path && !e4m3;
+  const std::string main_fc1 =
+      "sm90_fc1_" + std::string(family_name(p.family)) + "_t" + std::to_string(p.tile);
+  if (path.rfind("sm90-", 0) == 0) {
+    const std::string suffix = "_" + path.substr(5) + "_t" + std::to_string(p.tile);
+    return p.path == "sm90" && p.fc1_kernel.size() > suffix.size() &&
+           p.fc1_kernel.compare(p.fc1_kernel.size() - suffix.size(), suffix.size(), suffix) == 0;
+  }
+  return p.path == path && (path != "sm90" || p.fc1_kernel == main_fc1);
 }
 
 /// The plan whose path is `path` ("default": the default plan) at `tile` (0: the plan's own).

@@ -59,7 +59,7 @@ const char* kUsage =
     "  --workload=step35,fi     workloads (default both)\n"
     "  --family=bf16,fp8,...    families: bf16 fp8 mxfp8 nvfp4 nvfp4_bf16tok (default all)\n"
     "  --tokens=1,8,...         T values (default 1,8,64,512,4096,16384)\n"
-    "  --path=sm90|simt|both    kernel path (default sm90); sm90-e4m3: the mxfp8 e4m3 variant\n"
+    "  --path=sm90|simt|both    kernel path (default sm90); sm90-e4m3, sm90-g8: variant units\n"
     "  --reps=N                 timed replays per row, median reported (default 20)\n"
     "  --out=DIR                write DIR/stepfun_layer.md and DIR/stepfun_layer.json\n"
     "  --budget=SECONDS         start no new row past this wall time; keep what was measured\n"
@@ -110,8 +110,8 @@ Options parse(int argc, char** argv) {
         o.tokens.push_back(v);
       }
     } else if (key == "--path") {
-      if (value != "both" && value != "sm90" && value != "simt" && value != "sm90-e4m3") {
-        throw InvalidArgument("--path", "must be sm90, simt, both or sm90-e4m3, got " + value);
+      if (value != "both" && value != "sm90" && value != "simt" && value.rfind("sm90-", 0) != 0) {
+        throw InvalidArgument("--path", "must be sm90, simt, both or sm90-VARIANT, got " + value);
       }
       o.paths = value == "both" ? std::vector<std::string>{"sm90", "simt"}
                                 : std::vector<std::string>{value};
@@ -156,12 +156,18 @@ Options parse(int argc, char** argv) {
 
 // ---- Plans --------------------------------------------------------------------------------------
 
-/// sm90 units are named sm90_* (the e4m3 variant's sm90_*_e4m3_t*), the portable SIMT units
-/// stepfun_* (src/stepfun/inst/).
-bool unit_on_path(const std::string& unit, const std::string& path) {
-  const bool e4m3 = unit.find("_e4m3_") != std::string::npos;
+/// sm90 units are named sm90_<stage>_<family>_t<tile> (variants sm90_<stage>_<family>_<variant>
+/// _t<tile>, path "sm90-<variant>"), the portable SIMT units stepfun_* (src/stepfun/inst/).
+bool unit_on_path(const std::string& unit, const std::string& path, Family f) {
   if (path == "simt") return unit.rfind("stepfun_", 0) == 0;
-  return unit.rfind("sm90_", 0) == 0 && e4m3 == (path == "sm90-e4m3");
+  if (unit.rfind("sm90_", 0) != 0) return false;
+  const size_t tile_at = unit.rfind("_t");
+  const std::string head = unit.substr(0, tile_at);  // sm90_<stage>_<family>[_<variant>]
+  const std::string family = std::string("_") + family_name(f);
+  const size_t family_at = head.find(family, 5);
+  const std::string variant =
+      family_at == std::string::npos ? "?" : head.substr(family_at + family.size());
+  return path == "sm90" ? variant.empty() : variant == "_" + path.substr(5);
 }
 
 /// The first candidate of plans_for() whose FC1 and FC2 units are both on `path`.
@@ -177,7 +183,9 @@ std::optional<Plan> plan_for_path(const Workload& w, Family f, int64_t tokens,
   p.logits_input = true;
   p.device = Device::cuda(0);
   for (const Plan& plan : plans_for(p)) {
-    if (unit_on_path(plan.fc1_kernel, path) && unit_on_path(plan.fc2_kernel, path)) return plan;
+    if (unit_on_path(plan.fc1_kernel, path, f) && unit_on_path(plan.fc2_kernel, path, f)) {
+      return plan;
+    }
   }
   return std::nullopt;
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes src/stepfun/inst/sm90_fc{1,2}_<family>_t<tile>.cu: one kernel unit per (stage, family,
 tile) that src/stepfun/sm90/tile_config.h's has_sm90_unit admits (keep FAMILY_TILES in step), and
-sm90_fc{1,2}_mxfp8_e4m3_t<tile>.cu for has_sm90_e4m3_unit (E4M3_TILES; registry variant
-"mxfp8:e4m3", the catalog's second sm90 unit of those tiles).
+the variant units the catalog lists after a stage's main sm90 unit (registry variant
+"<family>:<variant>"): sm90_fc{1,2}_mxfp8_e4m3_t<tile>.cu for has_sm90_e4m3_unit (E4M3_TILES) and
+sm90_fc{1,2}_<family>_g8_t64.cu for has_sm90_group_unit (GROUP_UNITS; kRasterGroup 8).
 
     python3 scripts/gen_stepfun_units.py   # rewrites the sm90 units, deletes stale ones
 """
@@ -16,6 +17,8 @@ FAMILY_TILES = {
     "nvfp4_bf16tok": ("kNVFP4BF16Tok", (8, 16, 32, 64)),
 }
 E4M3_TILES = (8,)
+GROUP_UNITS = {"bf16": ("kBF16", (64,)), "fp8": ("kFP8", (64,))}
+RASTER_GROUP = 8
 STAGES = {"fc1": ("FC1 + SwiGLUStep (spec §5)", "true"), "fc2": ("FC2 (spec §7.1)", "false")}
 
 TEMPLATE = """// Kernel unit: StepFun {what}, {family} family, tile {tile}, sm90 wgmma{how}.
@@ -51,6 +54,12 @@ def main():
             write(inst, wanted, f"sm90_{stage}_mxfp8_e4m3_t{tile}", what=what, family="mxfp8",
                   how=", e4m3 variant", variant="mxfp8:e4m3", tile=tile,
                   stage=stage, enum="kMXFP8", fc1=fc1, extra=", true")
+        for family, (enum, tiles) in GROUP_UNITS.items():
+            for tile in tiles:
+                write(inst, wanted, f"sm90_{stage}_{family}_g{RASTER_GROUP}_t{tile}", what=what,
+                      family=family, how=f", g{RASTER_GROUP} variant",
+                      variant=f"{family}:g{RASTER_GROUP}", tile=tile, stage=stage, enum=enum,
+                      fc1=fc1, extra=f", false, {RASTER_GROUP}")
     for path in inst.glob("sm90_*.cu"):
         if path.name not in wanted:
             path.unlink()

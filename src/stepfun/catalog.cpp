@@ -1,5 +1,6 @@
 #include "stepfun/catalog.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -128,11 +129,20 @@ std::vector<const KernelUnit*> find_units(Stage stage, Family family, int tile, 
         core::find_kernel_unit("stepfun", stage_name(stage), variant, tile, true);
     if (u && std::string(u->arch) == "sm90a") out.push_back(wrap(u, stage, family));
     if (stage_has_family(stage)) {
-      const core::KernelUnit* e4m3 =
-          core::find_kernel_unit("stepfun", stage_name(stage), variant + ":e4m3", tile, true);
-      if (e4m3 && e4m3->size == tile && std::string(e4m3->arch) == "sm90a") {
-        out.push_back(wrap(e4m3, stage, family));
+      // The stage's variant units ("<family>:<variant>", this exact tile), by name.
+      std::vector<const core::KernelUnit*> variants;
+      for (const core::KernelUnit* v : core::kernel_units()) {
+        if (std::string(v->pipeline) == "stepfun" && stage_name(stage) == std::string(v->stage) &&
+            std::string(v->variant).rfind(variant + ":", 0) == 0 && v->size == tile &&
+            std::string(v->arch) == "sm90a") {
+          variants.push_back(v);
+        }
       }
+      std::sort(variants.begin(), variants.end(),
+                [](const core::KernelUnit* a, const core::KernelUnit* b) {
+                  return std::string(a->name) < std::string(b->name);
+                });
+      for (const core::KernelUnit* v : variants) out.push_back(wrap(v, stage, family));
     }
   }
   const core::KernelUnit* p =

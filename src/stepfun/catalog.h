@@ -20,8 +20,9 @@ struct KernelUnit {
   int tile;       ///< 0: any tile
   Arch arch;      ///< the unit's own: kCpu, kSm90 (Hopper-only units) or kPortable
   std::string name;
-  /// "" for a stage's main unit; "e4m3" for sm90 mxfp8 units on e4m3 wgmma (tile_config.h
-  /// has_sm90_e4m3_unit), listed after the main sm90 unit. A plan pairs units of one variant.
+  /// "" for a stage's main unit; for the sm90 variant units listed after it (by name): "e4m3"
+  /// (mxfp8 on e4m3 wgmma, tile_config.h has_sm90_e4m3_unit), "g8" (raster groups of 8 tiles,
+  /// has_sm90_group_unit). A plan pairs units of one variant.
   std::string variant;
 };
 

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "formats/layouts.h"
 #include "reference/stepfun/families.h"
@@ -94,6 +95,40 @@ TEST(Sm90TileConfig, DequantStagesFitSharedMemory) {
   EXPECT_EQ(dq_weight_scale_bytes(Family::kMXFP8), 512);
   EXPECT_EQ(dq_token_scale_bytes(Family::kNVFP4), 8);
   EXPECT_EQ(dq_token_scale_bytes(Family::kMXFP8), 4);
+}
+
+// Every (tile < max_ctas, weight block) gets exactly one CTA of the grid, in any raster group;
+// group 1 is weight block fastest.
+TEST(Sm90TileConfig, CtaOrderCoversEveryTileAndBlockOnce) {
+  for (int group : {1, 2, kRasterGroup}) {
+    for (int64_t max_ctas : {1, 7, 8, 9, 61}) {
+      for (int32_t m_blocks : {1, 3, 24}) {
+        std::set<std::pair<int64_t, int32_t>> seen;
+        const int64_t ctas = grid_ctas(max_ctas, m_blocks, group);
+        EXPECT_LT(ctas, (max_ctas + group) * m_blocks);
+        for (int64_t id = 0; id < ctas; ++id) {
+          const CtaCoord c = cta_coord(id, m_blocks, group);
+          ASSERT_GE(c.m_block, 0);
+          ASSERT_LT(c.m_block, m_blocks);
+          if (c.tile < max_ctas) EXPECT_TRUE(seen.insert({c.tile, c.m_block}).second);
+        }
+        EXPECT_EQ(seen.size(), static_cast<size_t>(max_ctas * m_blocks));
+      }
+    }
+  }
+  EXPECT_EQ(cta_coord(5, 24, 1).tile, 0);
+  EXPECT_EQ(cta_coord(5, 24, 1).m_block, 5);
+  EXPECT_EQ(cta_coord(24, 24, 1).tile, 1);
+  // Group 8: the group's 8 tiles first take weight block 0, then block 1.
+  EXPECT_EQ(cta_coord(7, 24, 8).tile, 7);
+  EXPECT_EQ(cta_coord(7, 24, 8).m_block, 0);
+  EXPECT_EQ(cta_coord(8, 24, 8).tile, 0);
+  EXPECT_EQ(cta_coord(8, 24, 8).m_block, 1);
+  EXPECT_EQ(cta_coord(8 * 24, 24, 8).tile, 8);
+  EXPECT_TRUE(has_sm90_group_unit(Family::kBF16, 64));
+  EXPECT_TRUE(has_sm90_group_unit(Family::kFP8, 64));
+  EXPECT_FALSE(has_sm90_group_unit(Family::kBF16, 32));
+  EXPECT_FALSE(has_sm90_group_unit(Family::kNVFP4, 64));
 }
 
 TEST(Sm90TileConfig, E4m3VariantIsMxfp8DecodeAndFitsSharedMemory) {
@@ -195,9 +230,15 @@ TEST(Sm90TileConfig, GeneratedUnitFilesAreTheAdmittedTriples) {
       for (const char* stage : {"fc1", "fc2"}) admitted.insert({stage, family_name(family), tile});
     }
     for (int tile = 1; tile <= 512; ++tile) {
-      if (!has_sm90_e4m3_unit(family, tile)) continue;
       for (const char* stage : {"fc1", "fc2"}) {
-        admitted.insert({stage, std::string(family_name(family)) + "_e4m3", tile});
+        if (has_sm90_e4m3_unit(family, tile)) {
+          admitted.insert({stage, std::string(family_name(family)) + "_e4m3", tile});
+        }
+        if (has_sm90_group_unit(family, tile)) {
+          admitted.insert({stage,
+                           std::string(family_name(family)) + "_g" + std::to_string(kRasterGroup),
+                           tile});
+        }
       }
     }
   }

@@ -119,7 +119,7 @@ CAKEMOE_HD constexpr int unit_smem_bytes() {
   }
 }
 
-template <Family F, bool kFc1, int N, bool kE4m3 = false>
+template <Family F, bool kFc1, int N, bool kE4m3 = false, int kGroup = 1>
 __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
     const __grid_constant__ GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>> params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
   ptx::griddep_enter();  // PDL: core/launch_pdl.h
   const auto& p = params.p;
   TileWork w;
-  if (!tile_work(p.tables, p.num_experts, params.m_blocks, &w)) return;
+  if (!tile_work(p.tables, p.num_experts, params.m_blocks, kGroup, &w)) return;
 
   // Carve shared memory (stage buffers on the 1024-byte swizzle atom)
   extern __shared__ uint8_t smem_raw[];
@@ -314,11 +314,11 @@ void check_dq_alignment(const Fc2Params& p) {
 
 /// Binder (stepfun/gemm_params.h GemmBinder): the tensor map is encoded here, once; the closure
 /// only enqueues (no allocation, no host synchronisation, graph-capturable).
-template <Family F, bool kFc1, int N, bool kE4m3 = false>
+template <Family F, bool kFc1, int N, bool kE4m3 = false, int kGroup = 1>
 GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>& p) {
   using Params = GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>>;
   static const bool configured = [] {
-    CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_gemm_kernel<F, kFc1, N, kE4m3>,
+    CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_gemm_kernel<F, kFc1, N, kE4m3, kGroup>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             unit_smem_bytes<F, N, kE4m3>()));
     return true;
@@ -334,10 +334,10 @@ GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>&
       kFc1 ? shape.weight_rows / kBlockM : (shape.weight_rows + kBlockM - 1) / kBlockM;
   params.m_blocks = static_cast<int32_t>(m_blocks);
   // NOTE: max_ctas < 2^31 and m_blocks <= 2^14 (H, 2I <= 2^21): the product fits the 2-D grid.
-  const LinearGrid g = linear_grid(p.tables.max_ctas * m_blocks);
+  const LinearGrid g = linear_grid(grid_ctas(p.tables.max_ctas, params.m_blocks, kGroup));
   const dim3 grid(g.x, g.y);
   return [params, grid](Stream stream) {
-    core::launch_dependent(sm90_gemm_kernel<F, kFc1, N, kE4m3>, grid, dim3(kThreads),
+    core::launch_dependent(sm90_gemm_kernel<F, kFc1, N, kE4m3, kGroup>, grid, dim3(kThreads),
                            unit_smem_bytes<F, N, kE4m3>(), static_cast<cudaStream_t>(stream),
                            params);
   };

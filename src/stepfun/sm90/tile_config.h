@@ -131,6 +131,37 @@ CAKEMOE_HD constexpr int dq_smem_bytes(Family family, int tile) {
          dq_ring_slots(tile) * 16 + tile * 4 + 1024;
 }
 
+// ---- CTA order
+// ------------------------------------------------------------------------------------ CTAs are
+// numbered in raster groups of `group` token tiles: inside a group the weight block is the outer
+// index and the tile the inner one, so a group's tiles read each weight block together (one DRAM
+// read when they share an expert) while their token rows stay in L2 across the blocks. group 1 is
+// weight block fastest per tile (the main units); the "g8" variant units use 8.
+
+struct CtaCoord {
+  int64_t tile;     ///< routing tile (>= max_ctas: no work)
+  int32_t m_block;  ///< 128-row weight block
+};
+
+CAKEMOE_HD constexpr CtaCoord cta_coord(int64_t id, int32_t m_blocks, int group) {
+  const int64_t per_group = int64_t{group} * m_blocks;
+  const int64_t g = id / per_group, rem = id % per_group;
+  return {g * group + rem % group, static_cast<int32_t>(rem / group)};
+}
+
+/// CTAs launched for `max_ctas` tiles: whole groups.
+CAKEMOE_HD constexpr int64_t grid_ctas(int64_t max_ctas, int32_t m_blocks, int group) {
+  return (max_ctas + group - 1) / group * group * m_blocks;
+}
+
+/// Whether the raster-group variant (tiles per group `kRasterGroup`) exists for (family, tile):
+/// bf16 and fp8 at tile 64, the prefill tile, where FC1 is bound by L2 and re-reads each weight
+/// block from DRAM about 4 times (docs/performance/stepfun.md).
+constexpr int kRasterGroup = 8;
+CAKEMOE_HD constexpr bool has_sm90_group_unit(Family family, int tile) {
+  return (family == Family::kBF16 || family == Family::kFP8) && tile == 64;
+}
+
 // ---- mxfp8 on e4m3 wgmma with per-block promotion (mainloop_mx.cuh, the "e4m3" variant) -------
 // A stage is 128 K elements as in the SS path (weights by TMA, token rows gathered raw, both
 // 128-byte swizzled) plus the weights' 128x4 scale group (512 bytes) and 4 scale bytes per token

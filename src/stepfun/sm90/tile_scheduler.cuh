@@ -1,15 +1,14 @@
 // Work of one sm90 GEMM CTA: the routing tile (spec §2.4 tables, written on the device by
-// routing: graph-capturable, no host knowledge of per-expert counts) and the 128-row weight block.
-// CTAs are numbered weight block fastest: the CTAs of one token tile run together and read its
-// rows from L2 once, and the tiles of one expert follow each other, so its weight blocks are
-// re-read from L2 too. (Token tile fastest re-reads every token row from HBM once per weight
-// block when the activations outgrow L2: 20-32 times at T 16384.)
+// routing: graph-capturable, no host knowledge of per-expert counts) and the 128-row weight block,
+// from the linear CTA number (tile_config.h cta_coord: raster groups of tiles, weight block outer
+// inside a group; the main units use groups of 1, i.e. weight block fastest).
 #pragma once
 
 #include <cstdint>
 
 #include "core/macros.h"
 #include "stepfun/gemm_params.h"
+#include "stepfun/sm90/tile_config.h"
 
 namespace cakemoe {
 namespace stepfun {
@@ -31,17 +30,18 @@ CAKEMOE_HD constexpr LinearGrid linear_grid(int64_t ctas) {
   return {static_cast<unsigned>(x), static_cast<unsigned>((ctas + x - 1) / x)};
 }
 
-/// False when the CTA has no work: past the grid's end or num_non_exiting_ctas, or an expert
-/// outside [0, E_loc) in a corrupted table.
+/// False when the CTA has no work: past the grid's tiles or num_non_exiting_ctas, or an expert
+/// outside [0, E_loc) in a corrupted table. `group`: tile_config.h cta_coord.
 CAKEMOE_DEVICE bool tile_work(const GemmTileTables& t, int64_t num_experts, int32_t m_blocks,
-                              TileWork* w) {
+                              int group, TileWork* w) {
   const int64_t id = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-  const int64_t n = id / m_blocks;
+  const CtaCoord at = cta_coord(id, m_blocks, group);
+  const int64_t n = at.tile;
   if (n >= t.max_ctas || n >= *t.num_non_exiting_ctas) return false;
   const int32_t expert = t.batch[n];
   if (expert < 0 || expert >= num_experts) return false;
   w->expert = expert;
-  w->m_block = static_cast<int32_t>(id % m_blocks);
+  w->m_block = at.m_block;
   w->row_begin = n * t.tile;
   // NOTE: spec §2.4: mn_limit <= (n+1)*tile; clamped so a bad table cannot reach another tile.
   const int64_t limit = t.mn_limit[n];
