@@ -117,7 +117,9 @@ CAKEMOE_DEVICE void mx_consume(uint8_t* smem, const DqOperands& op, int group,
                         dq_weight_scale_offset(Family::kMXFP8, r0 + 8, 0)};
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
-  float part[2][N / 2];
+  float part[2][N / 2];  // scale_d 0 overwrites them; zeroed once so no read is indeterminate
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) part[0][i] = part[1][i] = 0.0f;
   PipeState ps;
   for (int k = 0; k < op.num_k; ++k, ps.advance(L::kStages)) {
     const int64_t blocks_left = kblocks - int64_t(k) * 4;
