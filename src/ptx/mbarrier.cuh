@@ -28,9 +28,23 @@ CAKEMOE_DEVICE void fence_barrier_init() {
 
 CAKEMOE_DEVICE void mbarrier_arrive(uint64_t* bar) {
   asm volatile(
-      "{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(
-          smem_addr(bar))
+      "{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(smem_addr(bar))
       : "memory");
+}
+
+/// The shared::cluster address of `local` (a shared::cta address of this CTA's shared memory) in
+/// the CTA of rank `cta` of the cluster.
+CAKEMOE_DEVICE uint32_t cluster_map(uint32_t local, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(cta));
+  return remote;
+}
+
+/// Arrives on the barrier at shared::cluster address `remote` (cluster_map), releasing this
+/// thread's prior accesses at cluster scope.
+CAKEMOE_DEVICE void mbarrier_arrive_cluster(uint32_t remote) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
+               : "memory");
 }
 
 /// Arrives and announces `bytes` that bulk copies will complete on this barrier's phase.

@@ -91,6 +91,46 @@ CAKEMOE_DEVICE void produce_weights(const CUtensorMap* map, uint8_t* smem, int n
   }
 }
 
+/// Producer, TMA thread of a cluster-pair unit: the 128-row weight box of each stage as two
+/// 64-row halves (the map's box is 64 rows). `multicast`: this CTA loads half `rank` and multicasts
+/// it to both CTAs of the pair (each CTA's full barrier expects the whole box; its empty barrier
+/// counts both CTAs' consumers, so no half lands in a stage the peer still reads). Otherwise it
+/// loads both halves itself.
+template <Family F, int N>
+CAKEMOE_DEVICE void produce_weights_paired(const CUtensorMap* map, uint8_t* smem, int num_k,
+                                           int64_t rows, const TileWork& w, bool multicast,
+                                           uint32_t rank) {
+  using L = SmemLayout<N>;
+  constexpr int kHalfRows = kBlockM / 2;
+  auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
+  auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
+  const uint64_t policy = ptx::l2_policy_evict_first();
+  PipeState ps;
+  for (int k = 0; k < num_k; ++k, ps.advance(L::kStages)) {
+    ptx::mbarrier_wait_parity(&empty[ps.stage], ps.phase ^ 1);
+    ptx::mbarrier_arrive_expect_tx(&full[ps.stage], a_stage_bytes());
+    for (int h = multicast ? static_cast<int>(rank) : 0; h < (multicast ? int(rank) + 1 : 2); ++h) {
+      uint8_t* dst = smem + L::kA + ps.stage * a_stage_bytes() + h * kHalfRows * kRowBytes;
+      const int32_t m0 = w.m_block * kBlockM + h * kHalfRows;
+      if constexpr (F == Family::kBF16) {
+        if (multicast) {
+          ptx::tma_load_3d_multicast(dst, map, &full[ps.stage], 0, m0, w.expert * num_k + k, 0x3,
+                                     policy);
+        } else {
+          ptx::tma_load_3d(dst, map, &full[ps.stage], 0, m0, w.expert * num_k + k, policy);
+        }
+      } else {
+        const int32_t row = static_cast<int32_t>(w.expert * rows + m0);
+        if (multicast) {
+          ptx::tma_load_2d_multicast(dst, map, &full[ps.stage], k * kRowBytes, row, 0x3, policy);
+        } else {
+          ptx::tma_load_2d(dst, map, &full[ps.stage], k * kRowBytes, row, policy);
+        }
+      }
+    }
+  }
+}
+
 /// Producer, gather warps (kGatherThreads threads, `gtid` 0..95): per stage the tile's N rows x
 /// 128 bytes of K, row r from `base + row_src[r] * row_bytes` (zeros for row_src < 0 and past the
 /// row), 16-byte chunk c stored at chunk c ^ (r % 8) of row r (the 128-byte swizzle). Copies run
@@ -142,9 +182,11 @@ CAKEMOE_DEVICE void produce_tokens(const uint8_t* base, int64_t row_bytes, const
 
 /// Consumer warpgroup `group` (0, 1): acc[64 x N] = its 64 weight rows x the tile's tokens over
 /// the whole K. Each warp releases a stage (lane 0 arrives on `empty`) once its wgmma reads of it
-/// are complete.
-template <Family F, int N>
-CAKEMOE_DEVICE void consume(uint8_t* smem, int num_k, int group, float (&acc)[N / 2]) {
+/// are complete; in a multicasting cluster pair (`kPaired`, `remote`) also on the peer's `empty`,
+/// whose producer writes half of every stage into this CTA.
+template <Family F, int N, bool kPaired = false>
+CAKEMOE_DEVICE void consume(uint8_t* smem, int num_k, int group, float (&acc)[N / 2],
+                            bool remote = false, uint32_t peer = 0) {
   using L = SmemLayout<N>;
   using Ops = SsOperands<F>;
   using Mma = typename Ops::template Mma<N>;
@@ -152,6 +194,13 @@ CAKEMOE_DEVICE void consume(uint8_t* smem, int num_k, int group, float (&acc)[N 
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
   const bool lane0 = threadIdx.x % 32 == 0;
+  const auto release = [&](int stage) {
+    ptx::mbarrier_arrive(&empty[stage]);
+    if constexpr (kPaired) {
+      if (remote)
+        ptx::mbarrier_arrive_cluster(ptx::cluster_map(ptx::smem_addr(&empty[stage]), peer));
+    }
+  };
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
   float part[Ops::kPromote ? N / 2 : 1];
@@ -175,7 +224,7 @@ CAKEMOE_DEVICE void consume(uint8_t* smem, int num_k, int group, float (&acc)[N 
       ptx::fence_operands(part);
 #pragma unroll
       for (int i = 0; i < N / 2; ++i) acc[i] += part[i];
-      if (lane0) ptx::mbarrier_arrive(&empty[ps.stage]);
+      if (lane0) release(ps.stage);
     } else {
       ptx::fence_operands(acc);
       ptx::wgmma_fence();
@@ -187,14 +236,14 @@ CAKEMOE_DEVICE void consume(uint8_t* smem, int num_k, int group, float (&acc)[N 
       // One group stays in flight; the stage of the one before it is free.
       ptx::wgmma_wait<1>();
       ptx::fence_operands(acc);
-      if (previous >= 0 && lane0) ptx::mbarrier_arrive(&empty[previous]);
+      if (previous >= 0 && lane0) release(previous);
       previous = ps.stage;
     }
   }
   if constexpr (!Ops::kPromote) {
     ptx::wgmma_wait<0>();
     ptx::fence_operands(acc);
-    if (previous >= 0 && lane0) ptx::mbarrier_arrive(&empty[previous]);
+    if (previous >= 0 && lane0) release(previous);
   }
 }
 

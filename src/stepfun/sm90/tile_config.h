@@ -162,6 +162,15 @@ CAKEMOE_HD constexpr bool has_sm90_group_unit(Family family, int tile) {
   return (family == Family::kBF16 || family == Family::kFP8) && tile == 64;
 }
 
+/// Whether the cluster-pair variant ("mc2") exists for (family, tile): bf16 and fp8 at tile 64.
+/// Two CTAs of a cluster take adjacent tiles (raster groups of 2) and the same weight block; when
+/// both tiles belong to one expert each loads half of the weight box and multicasts it to both,
+/// halving the weight traffic out of L2 (prefill FC1 is bound by L2 at tile 64).
+constexpr int kClusterPair = 2;
+CAKEMOE_HD constexpr bool has_sm90_cluster_unit(Family family, int tile) {
+  return (family == Family::kBF16 || family == Family::kFP8) && tile == 64;
+}
+
 // ---- mxfp8 on e4m3 wgmma with per-block promotion (mainloop_mx.cuh, the "e4m3" variant) -------
 // A stage is 128 K elements as in the SS path (weights by TMA, token rows gathered raw, both
 // 128-byte swizzled) plus the weights' 128x4 scale group (512 bytes) and 4 scale bytes per token

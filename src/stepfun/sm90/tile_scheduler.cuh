@@ -21,20 +21,26 @@ struct TileWork {
   int64_t row_end;    ///< exclusive end of its valid rows
 };
 
-/// The grid of `ctas` = token tiles x weight blocks CTAs: x up to 2^31 - 1, y the rest.
+/// The grid of `ctas` = token tiles x weight blocks CTAs: x up to 2^31 - 2 (even, so clusters of
+/// two never straddle a row), y the rest.
 struct LinearGrid {
   unsigned x, y;
 };
 CAKEMOE_HD constexpr LinearGrid linear_grid(int64_t ctas) {
-  const int64_t x = ctas < 0x7fffffff ? ctas : 0x7fffffff;
+  const int64_t x = ctas < 0x7ffffffe ? ctas : 0x7ffffffe;
   return {static_cast<unsigned>(x), static_cast<unsigned>((ctas + x - 1) / x)};
 }
 
-/// False when the CTA has no work: past the grid's tiles or num_non_exiting_ctas, or an expert
-/// outside [0, E_loc) in a corrupted table. `group`: tile_config.h cta_coord.
-CAKEMOE_DEVICE bool tile_work(const GemmTileTables& t, int64_t num_experts, int32_t m_blocks,
-                              int group, TileWork* w) {
-  const int64_t id = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+/// This CTA's linear number.
+CAKEMOE_DEVICE int64_t linear_cta() {
+  return static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+}
+
+/// The work of linear CTA `id`; false when it has none: past the grid's tiles or
+/// num_non_exiting_ctas, or an expert outside [0, E_loc) in a corrupted table. `group`:
+/// tile_config.h cta_coord.
+CAKEMOE_DEVICE bool tile_work_at(const GemmTileTables& t, int64_t num_experts, int32_t m_blocks,
+                                 int group, int64_t id, TileWork* w) {
   const CtaCoord at = cta_coord(id, m_blocks, group);
   const int64_t n = at.tile;
   if (n >= t.max_ctas || n >= *t.num_non_exiting_ctas) return false;
