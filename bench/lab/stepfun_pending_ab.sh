@@ -48,6 +48,7 @@ gemm="$build/bench/bench_stepfun_gemm"
   "$gemm" mxfp8 512,2048 sm90 32
   "$gemm" bf16,fp8 4096,16384 sm90 64
   "$gemm" bf16,fp8 4096,16384 sm90-g8 64
+  "$gemm" bf16,fp8 4096,16384 sm90-mc2 64
 } >"$out/ab.txt" 2>&1
 note "gemm A/B: rc $?"
 timeout 120 "$build/bench/bench_stepfun_layer" --family=mxfp8 --tokens=1,8,64 --path=sm90-e4m3 \
