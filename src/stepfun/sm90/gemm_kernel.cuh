@@ -355,6 +355,14 @@ GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>&
   const GemmShape shape = shape_of<F>(p);
   const int64_t k_elems = kFc1 ? p.hidden : p.intermediate;
   if constexpr (is_dequant_family(F)) check_dq_alignment<F>(p);
+  if constexpr (F != Family::kBF16) {
+    // NOTE: the 2-D weight maps address row expert * rows + m0 with a 32-bit TMA coordinate.
+    if (p.num_experts * shape.weight_rows > int64_t{0x7fffffff}) {
+      throw Unsupported(kFc1 ? "gemm1_weights" : "gemm2_weights",
+                        "the sm90 units need experts x rows below 2^31 (32-bit TMA "
+                        "coordinates); pass a portable plan");
+    }
+  }
   // A cluster pair loads the 128-row box as two 64-row halves.
   params.weights_map = make_weights_map<F>(p.weights, p.num_experts, shape.weight_rows, k_elems,
                                            kPair ? kBlockM / 2 : kBlockM);
