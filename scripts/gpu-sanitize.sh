@@ -31,6 +31,7 @@ declare -A filters=(
   [stepfun-requant-finalize]='StepFunRequantGpu.*:StepFunFinalizeGpu.*'
   [stepfun-gemm-fc1]='StepfunGemmGpu.Fc1*'
   [stepfun-gemm-fc2]='StepfunGemmGpu.Fc2*'
+  [stepfun-gemm-variants]='StepfunGemmGpu.Variant*'
   [stepfun-layer]='*StepFunStagesSmall.*:StepFunConfigSmall.*:*StepFunGraphSmall*.*'
   [stepfun-concurrency]='*StepFunConcurrency.*:*StepFunGraphInPlace.*'
   [stepfun-shapes]='*StepFun35ShapeE288.*:*StepFunLargeTilesT2048.*'
@@ -42,7 +43,8 @@ declare -A filters=(
   [bgmv-concurrency]='BgmvConcurrencyGpu.*'
 )
 stepfun_groups=(stepfun-routing stepfun-requant-finalize stepfun-gemm-fc1 stepfun-gemm-fc2
-                stepfun-layer stepfun-concurrency stepfun-shapes stepfun-matrix)
+                stepfun-gemm-variants stepfun-layer stepfun-concurrency stepfun-shapes
+                stepfun-matrix)
 bgmv_groups=(bgmv-kernels bgmv-plan bgmv-grouped bgmv-specialized bgmv-concurrency)
 all_tools=(memcheck racecheck synccheck initcheck)
 suite_filter='*StepFun*:*Stepfun*:*Bgmv*'
