@@ -62,21 +62,27 @@ std::vector<Plan> plans_for(const ProblemDesc& problem) {
   const auto center_it = std::find(ladder.begin(), ladder.end(), static_cast<int>(center));
   const int64_t c = center_it - ladder.begin();
   std::vector<Plan> plans;
-  const auto add_tile = [&](int tile, bool sm90_only) {
-    // One plan per path both stages have a unit on (sm90 first on SM90, then the portable one).
+  // `sm90_variant`: only the sm90 plan of that variant ("" the main units); null: every plan.
+  const auto add_tile = [&](int tile, const char* sm90_variant) {
+    // One plan per path both stages have a unit on (sm90 first on SM90, its variants, then the
+    // portable one).
     for (const KernelUnit* fc1 : find_units(Stage::kFc1, problem.family, tile, arch)) {
       for (const KernelUnit* fc2 : find_units(Stage::kFc2, problem.family, tile, arch)) {
         if (fc1->arch != fc2->arch || fc1->variant != fc2->variant) continue;
-        if (sm90_only && fc1->arch != Arch::kSm90) continue;
+        if (sm90_variant && (fc1->arch != Arch::kSm90 || fc1->variant != sm90_variant)) continue;
         if (!unit_takes_shape(*fc1, problem.family, problem.hidden_size)) continue;
         plans.push_back(make_plan(problem, tile, *fc1, *fc2, arch));
       }
     }
   };
-  // NOTE: on SM90 the measured sm90 tile (sm90/tile_config.h) comes first: the default.
-  if (arch == Arch::kSm90) add_tile(sm90::preferred_tile(avg), true);
+  // NOTE: on SM90 the measured sm90 plan (sm90/tile_config.h sm90_choice) comes first: the
+  // default.
+  if (arch == Arch::kSm90) {
+    const sm90::Sm90Choice choice = sm90::sm90_choice(problem.family, avg);
+    add_tile(choice.tile, sm90::sm90_variant_name(choice.variant));
+  }
   for (int64_t i = c - 1; i <= c + 2; ++i) {  // {prev, center, next, next^2} ∩ ladder
-    if (i >= 0 && i < static_cast<int64_t>(ladder.size())) add_tile(ladder[i], false);
+    if (i >= 0 && i < static_cast<int64_t>(ladder.size())) add_tile(ladder[i], nullptr);
   }
   // The preferred sm90 plan may sit in the window too: keep its first place only.
   std::vector<Plan> unique;

@@ -142,6 +142,35 @@ TEST(Sm90TileConfig, CtaOrderCoversEveryTileAndBlockOnce) {
   EXPECT_FALSE(has_sm90_group_unit(Family::kNVFP4, 64));
 }
 
+// The default-plan table names only units that exist: its tile has an sm90 unit of the family,
+// and a variant entry a unit of that variant.
+TEST(Sm90TileConfig, DefaultChoiceNamesBuiltUnits) {
+  for (Family f : kAllFamilies) {
+    for (int64_t avg : {1, 2, 3, 5, 8, 16, 31, 64, 100, 1000, 100000}) {
+      const Sm90Choice c = sm90_choice(f, avg);
+      EXPECT_TRUE(has_sm90_unit(f, c.tile)) << family_name(f) << " " << avg;
+      EXPECT_EQ(c.tile, preferred_tile(avg));
+      switch (c.variant) {
+        case Sm90Variant::kMain:
+          break;
+        case Sm90Variant::kE4m3:
+          EXPECT_TRUE(has_sm90_e4m3_unit(f, c.tile));
+          break;
+        case Sm90Variant::kG8:
+          EXPECT_TRUE(has_sm90_group_unit(f, c.tile));
+          break;
+        case Sm90Variant::kMc2:
+          EXPECT_TRUE(has_sm90_cluster_unit(f, c.tile));
+          break;
+      }
+    }
+  }
+  EXPECT_STREQ(sm90_variant_name(Sm90Variant::kMain), "");
+  EXPECT_STREQ(sm90_variant_name(Sm90Variant::kE4m3), "e4m3");
+  EXPECT_STREQ(sm90_variant_name(Sm90Variant::kG8), "g8");
+  EXPECT_STREQ(sm90_variant_name(Sm90Variant::kMc2), "mc2");
+}
+
 TEST(Sm90TileConfig, E4m3VariantIsMxfp8DecodeAndFitsSharedMemory) {
   for (Family f : kAllFamilies) {
     for (int tile : {8, 16, 32, 64, 128, 256}) {

@@ -194,6 +194,33 @@ CAKEMOE_HD constexpr int mx_smem_bytes(int tile) {
   return mx_stages_for(tile) * (mx_stage_bytes(tile) + 16) + tile * 4 + 1024;
 }
 
+// ---- The default sm90 plan: tile and unit variant per family and rows per expert ---------------
+
+/// The units an sm90 plan runs: the main ones, or a variant above (catalog KernelUnit::variant).
+enum class Sm90Variant : uint8_t { kMain, kE4m3, kG8, kMc2 };
+
+/// The catalog's variant string of `v` ("" for the main units).
+CAKEMOE_HD constexpr const char* sm90_variant_name(Sm90Variant v) {
+  return v == Sm90Variant::kE4m3  ? "e4m3"
+         : v == Sm90Variant::kG8  ? "g8"
+         : v == Sm90Variant::kMc2 ? "mc2"
+                                  : "";
+}
+
+struct Sm90Choice {
+  int tile;
+  Sm90Variant variant;
+};
+
+/// The default sm90 plan of `family` at avg = ceil(T*K / E_loc) routed rows per local expert:
+/// the measured tile (preferred_tile) on the main units. A variant enters here for a family and
+/// avg range only once it has measured faster than its main unit in one run
+/// (bench/lab/stepfun_pending_ab.sh); none has run yet.
+CAKEMOE_HD constexpr Sm90Choice sm90_choice(Family family, int64_t avg) {
+  (void)family;
+  return {preferred_tile(avg), Sm90Variant::kMain};
+}
+
 /// Byte offset, inside a stage's 128x4 weight scales, of the first scale of K elements
 /// [32q, 32q + 32) of row `r` (0..127) of the 128-row block: nvfp4 blocks 2q, 2q + 1 (adjacent),
 /// mxfp8 block q. The 128x4 layout keeps (r % 32) * 16 + (r / 32) * 4 + (block % 4) inside each
