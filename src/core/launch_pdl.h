@@ -55,15 +55,7 @@ inline void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
 
 /// Launches `kernel` as a programmatic dependent when its loaded code waits for it (compiled for
 /// sm_90 or later: a compute_80 PTX unit, JIT-compiled, has no griddepcontrol and launches
-/// plainly).
-template <typename... Params, typename... Args>
-inline void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                             cudaStream_t stream, const Args&... args) {
-  launch_kernel(kernel, grid, block, smem, stream,
-                kernel_waits_for_dependencies(reinterpret_cast<const void*>(kernel)), 1u, args...);
-}
-
-/// launch_dependent in clusters of `cluster_x` CTAs along x.
+/// plainly), in clusters of `cluster_x` CTAs along x (1: none).
 template <typename... Params, typename... Args>
 inline void launch_dependent_clustered(void (*kernel)(Params...), dim3 grid, dim3 block,
                                        size_t smem, cudaStream_t stream, unsigned cluster_x,
@@ -71,6 +63,13 @@ inline void launch_dependent_clustered(void (*kernel)(Params...), dim3 grid, dim
   launch_kernel(kernel, grid, block, smem, stream,
                 kernel_waits_for_dependencies(reinterpret_cast<const void*>(kernel)), cluster_x,
                 args...);
+}
+
+/// launch_dependent_clustered without clusters.
+template <typename... Params, typename... Args>
+inline void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, const Args&... args) {
+  launch_dependent_clustered(kernel, grid, block, smem, stream, 1u, args...);
 }
 
 }  // namespace core

@@ -9,7 +9,6 @@
 
 #include <cstdint>
 
-#include "core/cuda_check.h"
 #include "core/launch_pdl.h"
 #include "formats/layouts.h"
 #include "ptx/sync.cuh"
@@ -100,21 +99,9 @@ void launch_fc1(const Fc1Params& p, Stream stream) {
   const dim3 grid(static_cast<unsigned>(p.tables.max_ctas),
                   static_cast<unsigned>(p.intermediate / kFeatures));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (tm_for_tile(p.tables.tile)) {
-    case 1:
-      core::launch_dependent(fc1_kernel<F, 1>, grid, dim3(kThreads), 0, s, p);
-      break;
-    case 2:
-      core::launch_dependent(fc1_kernel<F, 2>, grid, dim3(kThreads), 0, s, p);
-      break;
-    case 4:
-      core::launch_dependent(fc1_kernel<F, 4>, grid, dim3(kThreads), 0, s, p);
-      break;
-    default:
-      core::launch_dependent(fc1_kernel<F, 8>, grid, dim3(kThreads), 0, s, p);
-      break;
-  }
-  CAKEMOE_CUDA_CHECK(cudaGetLastError());
+  with_tm_for_tile(p.tables.tile, [&](auto tm) {
+    core::launch_dependent(fc1_kernel<F, decltype(tm)::value>, grid, dim3(kThreads), 0, s, p);
+  });
 }
 
 /// The family's binder (Fc1Binder): captures the params; the closure launches.

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 
-#include "core/cuda_check.h"
 #include "core/launch_pdl.h"
 #include "formats/codecs.h"
 #include "formats/layouts.h"
@@ -79,21 +78,9 @@ void launch_fc2(const Fc2Params& p, Stream stream) {
   const dim3 grid(static_cast<unsigned>(p.tables.max_ctas),
                   static_cast<unsigned>((p.hidden + kBN - 1) / kBN));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (tm_for_tile(p.tables.tile)) {
-    case 1:
-      core::launch_dependent(fc2_kernel<F, 1>, grid, dim3(kThreads), 0, s, p);
-      break;
-    case 2:
-      core::launch_dependent(fc2_kernel<F, 2>, grid, dim3(kThreads), 0, s, p);
-      break;
-    case 4:
-      core::launch_dependent(fc2_kernel<F, 4>, grid, dim3(kThreads), 0, s, p);
-      break;
-    default:
-      core::launch_dependent(fc2_kernel<F, 8>, grid, dim3(kThreads), 0, s, p);
-      break;
-  }
-  CAKEMOE_CUDA_CHECK(cudaGetLastError());
+  with_tm_for_tile(p.tables.tile, [&](auto tm) {
+    core::launch_dependent(fc2_kernel<F, decltype(tm)::value>, grid, dim3(kThreads), 0, s, p);
+  });
 }
 
 /// The family's binder (Fc2Binder): captures the params; the closure launches.

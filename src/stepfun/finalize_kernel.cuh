@@ -7,7 +7,6 @@
 
 #include <cstdint>
 
-#include "core/cuda_check.h"
 #include "core/launch_pdl.h"
 #include "core/macros.h"
 #include "formats/codecs.h"
@@ -124,7 +123,6 @@ inline void launch(const FinalizeParams& p, Stream stream) {
   } else {
     core::launch_dependent(finalize_kernel<1>, grid, dim3(kThreads), 0, s, p);
   }
-  CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace finalize_kernels

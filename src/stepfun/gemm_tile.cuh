@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "stepfun/gemm_operands.cuh"
 #include "stepfun/gemm_params.h"
@@ -36,6 +37,26 @@ struct Tile {
 /// Rows per thread for a tile: the largest chunk (up to 64 rows) that a tile fills.
 __host__ __device__ inline int tm_for_tile(int64_t tile) {
   return tile >= 64 ? 8 : tile >= 32 ? 4 : tile >= 16 ? 2 : 1;
+}
+
+/// Calls fn(std::integral_constant<int, TM>{}) for TM = tm_for_tile(tile): the FC1 / FC2
+/// launchers pick their kernel instance with it.
+template <class Fn>
+inline void with_tm_for_tile(int64_t tile, Fn&& fn) {
+  switch (tm_for_tile(tile)) {
+    case 1:
+      fn(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      fn(std::integral_constant<int, 2>{});
+      break;
+    case 4:
+      fn(std::integral_constant<int, 4>{});
+      break;
+    default:
+      fn(std::integral_constant<int, 8>{});
+      break;
+  }
 }
 
 /// acc[i][j] = sum_k A[row_src[ty*TM + i], k] * W[w_row0 + jj, k] over the whole K, where

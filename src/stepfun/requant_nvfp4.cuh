@@ -7,7 +7,6 @@
 
 #include <cstdint>
 
-#include "core/cuda_check.h"
 #include "core/launch_pdl.h"
 #include "core/macros.h"
 #include "formats/codecs.h"
@@ -110,7 +109,6 @@ inline void launch(const RequantParams& p, Stream stream) {
     core::launch_dependent(requant_nvfp4_kernel<false>, static_cast<unsigned>(blocks),
                            dim3(kThreads), 0, s, p);
   }
-  CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace requant_kernels

@@ -12,7 +12,6 @@
 #include <string>
 
 #include "cakemoe/errors.h"
-#include "core/cuda_check.h"
 #include "core/launch_pdl.h"
 #include "ptx/sync.cuh"
 #include "stepfun/routing_params.h"
@@ -194,25 +193,19 @@ inline void launch(const RoutingParams& p, Stream stream) {
                                               std::to_string(kRoutingSingleMaxTokens));
     }
     core::launch_dependent(routing_single_kernel, 1, dim3(kSingleThreads), 0, s, p);
-    CAKEMOE_CUDA_CHECK(cudaGetLastError());
     return;
   }
   if (p.logits != nullptr) {
     core::launch_dependent(routing_topk_kernel, ceil_div_int(p.num_tokens, kWarpsPerBlock),
                            dim3(kThreads), 0, s, p);
-    CAKEMOE_CUDA_CHECK(cudaGetLastError());
   }
   const int chunk_blocks = ceil_div_int(p.num_chunks, kWarpsPerBlock);
   core::launch_dependent(routing_count_kernel, chunk_blocks, dim3(kThreads), 0, s, p);
-  CAKEMOE_CUDA_CHECK(cudaGetLastError());
   core::launch_dependent(routing_scan_kernel, 1, dim3(kSingleThreads), 0, s, p);
-  CAKEMOE_CUDA_CHECK(cudaGetLastError());
   core::launch_dependent(routing_scatter_kernel, chunk_blocks, dim3(kThreads), 0, s, p);
-  CAKEMOE_CUDA_CHECK(cudaGetLastError());
   const int64_t fill = p.max_ctas > p.p2t_end ? p.max_ctas : p.p2t_end;
   const int fill_blocks = max(1, min(kMaxFillBlocks, ceil_div_int(fill, kThreads)));
   core::launch_dependent(routing_fill_kernel, fill_blocks, dim3(kThreads), 0, s, p);
-  CAKEMOE_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace routing_kernels
