@@ -216,12 +216,8 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
       }
     } else {
       if (tid == 0) {
-        if constexpr (kPair) {
-          produce_weights_paired<F, N>(&params.weights_map, smem, shape.num_k, shape.weight_rows, w,
-                                       shared, rank);
-        } else {
-          produce_weights<F, N>(&params.weights_map, smem, shape.num_k, shape.weight_rows, w);
-        }
+        const WeightBoxLoad how = kPair ? WeightBoxLoad{2, shared, rank} : WeightBoxLoad{};
+        produce_weights<F, N>(&params.weights_map, smem, shape.num_k, shape.weight_rows, w, how);
       } else if (tid >= 32) {
         produce_tokens<N>(shape.tokens, shape.token_row_bytes, row_src, smem, shape.num_k,
                           tid - 32);

@@ -67,66 +67,58 @@ struct PipeState {
   }
 };
 
-/// Producer, TMA thread: one 128-row x 128-byte weight box per stage. bf16 weights are
-/// BlockMajorK [E * K/64, rows, 64] (3-D map), e4m3 weights row-major [E * rows, K] (2-D map).
-template <Family F, int N>
-CAKEMOE_DEVICE void produce_weights(const CUtensorMap* map, uint8_t* smem, int num_k, int64_t rows,
-                                    const TileWork& w) {
-  using L = SmemLayout<N>;
-  auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
-  auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
-  const uint64_t policy = ptx::l2_policy_evict_first();
-  const int32_t m0 = w.m_block * kBlockM;
-  PipeState ps;
-  for (int k = 0; k < num_k; ++k, ps.advance(L::kStages)) {
-    ptx::mbarrier_wait_parity(&empty[ps.stage], ps.phase ^ 1);
-    ptx::mbarrier_arrive_expect_tx(&full[ps.stage], a_stage_bytes());
-    uint8_t* dst = smem + L::kA + ps.stage * a_stage_bytes();
-    if constexpr (F == Family::kBF16) {
-      ptx::tma_load_3d(dst, map, &full[ps.stage], 0, m0, w.expert * num_k + k, policy);
+/// How the TMA thread loads a stage's 128-row weight box: whole (the main units), as two 64-row
+/// halves (cluster-pair units, whose map's box is 64 rows), or, `multicast`, only half `rank`,
+/// multicast to both CTAs of the pair (each CTA's full barrier expects the whole box; its empty
+/// barrier counts both CTAs' consumers, so no half lands in a stage the peer still reads).
+struct WeightBoxLoad {
+  int parts = 1;
+  bool multicast = false;
+  uint32_t rank = 0;
+};
+
+/// One TMA load of `box_rows`-row weights from row m0 of the expert's block at stage k: bf16
+/// weights are BlockMajorK [E * K/64, rows, 64] (3-D map), e4m3 weights row-major [E * rows, K]
+/// (2-D map); `multicast`: into both CTAs of the cluster pair.
+template <Family F>
+CAKEMOE_DEVICE void load_weight_part(uint8_t* dst, const CUtensorMap* map, uint64_t* bar,
+                                     const TileWork& w, int num_k, int64_t rows, int k, int32_t m0,
+                                     bool multicast, uint64_t policy) {
+  if constexpr (F == Family::kBF16) {
+    if (multicast) {
+      ptx::tma_load_3d_multicast(dst, map, bar, 0, m0, w.expert * num_k + k, 0x3, policy);
     } else {
-      ptx::tma_load_2d(dst, map, &full[ps.stage], k * kRowBytes,
-                       static_cast<int32_t>(w.expert * rows + m0), policy);
+      ptx::tma_load_3d(dst, map, bar, 0, m0, w.expert * num_k + k, policy);
+    }
+  } else {
+    const int32_t row = static_cast<int32_t>(w.expert * rows + m0);
+    if (multicast) {
+      ptx::tma_load_2d_multicast(dst, map, bar, k * kRowBytes, row, 0x3, policy);
+    } else {
+      ptx::tma_load_2d(dst, map, bar, k * kRowBytes, row, policy);
     }
   }
 }
 
-/// Producer, TMA thread of a cluster-pair unit: the 128-row weight box of each stage as two
-/// 64-row halves (the map's box is 64 rows). `multicast`: this CTA loads half `rank` and multicasts
-/// it to both CTAs of the pair (each CTA's full barrier expects the whole box; its empty barrier
-/// counts both CTAs' consumers, so no half lands in a stage the peer still reads). Otherwise it
-/// loads both halves itself.
+/// Producer, TMA thread: one 128-row x 128-byte weight box per stage, loaded as `how` says.
 template <Family F, int N>
-CAKEMOE_DEVICE void produce_weights_paired(const CUtensorMap* map, uint8_t* smem, int num_k,
-                                           int64_t rows, const TileWork& w, bool multicast,
-                                           uint32_t rank) {
+CAKEMOE_DEVICE void produce_weights(const CUtensorMap* map, uint8_t* smem, int num_k, int64_t rows,
+                                    const TileWork& w, WeightBoxLoad how = {}) {
   using L = SmemLayout<N>;
-  constexpr int kHalfRows = kBlockM / 2;
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
   const uint64_t policy = ptx::l2_policy_evict_first();
+  const int part_rows = kBlockM / how.parts;
+  const int first = how.multicast ? static_cast<int>(how.rank) : 0;
+  const int last = how.multicast ? first + 1 : how.parts;
   PipeState ps;
   for (int k = 0; k < num_k; ++k, ps.advance(L::kStages)) {
     ptx::mbarrier_wait_parity(&empty[ps.stage], ps.phase ^ 1);
     ptx::mbarrier_arrive_expect_tx(&full[ps.stage], a_stage_bytes());
-    for (int h = multicast ? static_cast<int>(rank) : 0; h < (multicast ? int(rank) + 1 : 2); ++h) {
-      uint8_t* dst = smem + L::kA + ps.stage * a_stage_bytes() + h * kHalfRows * kRowBytes;
-      const int32_t m0 = w.m_block * kBlockM + h * kHalfRows;
-      if constexpr (F == Family::kBF16) {
-        if (multicast) {
-          ptx::tma_load_3d_multicast(dst, map, &full[ps.stage], 0, m0, w.expert * num_k + k, 0x3,
-                                     policy);
-        } else {
-          ptx::tma_load_3d(dst, map, &full[ps.stage], 0, m0, w.expert * num_k + k, policy);
-        }
-      } else {
-        const int32_t row = static_cast<int32_t>(w.expert * rows + m0);
-        if (multicast) {
-          ptx::tma_load_2d_multicast(dst, map, &full[ps.stage], k * kRowBytes, row, 0x3, policy);
-        } else {
-          ptx::tma_load_2d(dst, map, &full[ps.stage], k * kRowBytes, row, policy);
-        }
-      }
+    for (int h = first; h < last; ++h) {
+      load_weight_part<F>(smem + L::kA + ps.stage * a_stage_bytes() + h * part_rows * kRowBytes,
+                          map, &full[ps.stage], w, num_k, rows, k,
+                          w.m_block * kBlockM + h * part_rows, how.multicast, policy);
     }
   }
 }

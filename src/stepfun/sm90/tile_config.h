@@ -131,12 +131,11 @@ CAKEMOE_HD constexpr int dq_smem_bytes(Family family, int tile) {
          dq_ring_slots(tile) * 16 + tile * 4 + 1024;
 }
 
-// ---- CTA order
-// ------------------------------------------------------------------------------------ CTAs are
-// numbered in raster groups of `group` token tiles: inside a group the weight block is the outer
-// index and the tile the inner one, so a group's tiles read each weight block together (one DRAM
-// read when they share an expert) while their token rows stay in L2 across the blocks. group 1 is
-// weight block fastest per tile (the main units); the "g8" variant units use 8.
+// ---- CTA order ---------------------------------------------------------------------------------
+// CTAs are numbered in raster groups of `group` token tiles: inside a group the weight block is
+// the outer index and the tile the inner one, so a group's tiles read each weight block together
+// (one DRAM read when they share an expert) while their token rows stay in L2 across the blocks.
+// group 1 is weight block fastest per tile (the main units); the "g8" variant units use 8.
 
 struct CtaCoord {
   int64_t tile;     ///< routing tile (>= max_ctas: no work)
@@ -154,21 +153,26 @@ CAKEMOE_HD constexpr int64_t grid_ctas(int64_t max_ctas, int32_t m_blocks, int g
   return (max_ctas + group - 1) / group * group * m_blocks;
 }
 
-/// Whether the raster-group variant (tiles per group `kRasterGroup`) exists for (family, tile):
-/// bf16 and fp8 at tile 64, the prefill tile, where FC1 is bound by L2 and re-reads each weight
-/// block from DRAM about 4 times (docs/performance/stepfun.md).
-constexpr int kRasterGroup = 8;
-CAKEMOE_HD constexpr bool has_sm90_group_unit(Family family, int tile) {
+/// The (family, tile) of the prefill variants of the SS units (g8, mc2): bf16 and fp8 at tile 64,
+/// the prefill tile, where FC1 is bound by L2 and re-reads each weight block from DRAM about 4
+/// times (docs/performance/stepfun.md).
+CAKEMOE_HD constexpr bool is_ss_prefill_tile(Family family, int tile) {
   return (family == Family::kBF16 || family == Family::kFP8) && tile == 64;
 }
 
-/// Whether the cluster-pair variant ("mc2") exists for (family, tile): bf16 and fp8 at tile 64.
-/// Two CTAs of a cluster take adjacent tiles (raster groups of 2) and the same weight block; when
-/// both tiles belong to one expert each loads half of the weight box and multicasts it to both,
-/// halving the weight traffic out of L2 (prefill FC1 is bound by L2 at tile 64).
+/// Whether the raster-group variant (tiles per group `kRasterGroup`) exists for (family, tile).
+constexpr int kRasterGroup = 8;
+CAKEMOE_HD constexpr bool has_sm90_group_unit(Family family, int tile) {
+  return is_ss_prefill_tile(family, tile);
+}
+
+/// Whether the cluster-pair variant ("mc2") exists for (family, tile). Two CTAs of a cluster take
+/// adjacent tiles (raster groups of 2) and the same weight block; when both tiles belong to one
+/// expert each loads half of the weight box and multicasts it to both, halving the weight traffic
+/// out of L2 (prefill FC1 is bound by L2 at tile 64).
 constexpr int kClusterPair = 2;
 CAKEMOE_HD constexpr bool has_sm90_cluster_unit(Family family, int tile) {
-  return (family == Family::kBF16 || family == Family::kFP8) && tile == 64;
+  return is_ss_prefill_tile(family, tile);
 }
 
 // ---- mxfp8 on e4m3 wgmma with per-block promotion (mainloop_mx.cuh, the "e4m3" variant) -------
@@ -178,7 +182,7 @@ CAKEMOE_HD constexpr bool has_sm90_cluster_unit(Family family, int tile) {
 
 /// Whether the e4m3 variant exists for (family, tile): mxfp8 at tile 8 only. Its promotion costs
 /// N/2 multiplies and N/2 multiply-adds per k32 block; SASS of the FC1 stage loop (nvcc 13.0):
-/// tile 8 268 instructions against the dequant's 327, tile 16 366 vs 336, tile 32 554 vs 336.
+/// tile 8 261 instructions against the dequant's 327, tile 16 366 vs 336, tile 32 554 vs 336.
 CAKEMOE_HD constexpr bool has_sm90_e4m3_unit(Family family, int tile) {
   return family == Family::kMXFP8 && tile == 8;
 }
