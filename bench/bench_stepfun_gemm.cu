@@ -22,6 +22,7 @@
 #include "formats/layouts.h"
 #include "reference/stepfun/families.h"
 #include "reference/stepfun/tables.h"
+#include "stepfun/catalog.h"
 #include "testbed/gpu/cuda_timing.h"
 
 namespace cakemoe {
@@ -133,18 +134,12 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 /// Whether `p` is on `path`: "default" (any), "sm90" (the main sm90 units), "simt", or
-/// "sm90-<variant>" (an sm90 variant unit pair: e4m3, g8; their unit names end in
-/// _<variant>_t<tile>).
+/// "sm90-<variant>" (an sm90 variant unit pair: e4m3, g8, mc2).
 bool on_path(const Plan& p, const std::string& path) {
   if (path == "default") return true;
-  const std::string main_fc1 =
-      "sm90_fc1_" + std::string(family_name(p.family)) + "_t" + std::to_string(p.tile);
-  if (path.rfind("sm90-", 0) == 0) {
-    const std::string suffix = "_" + path.substr(5) + "_t" + std::to_string(p.tile);
-    return p.path == "sm90" && p.fc1_kernel.size() > suffix.size() &&
-           p.fc1_kernel.compare(p.fc1_kernel.size() - suffix.size(), suffix.size(), suffix) == 0;
-  }
-  return p.path == path && (path != "sm90" || p.fc1_kernel == main_fc1);
+  const std::string variant = unit_variant(p.fc1_kernel);
+  if (path.rfind("sm90-", 0) == 0) return p.path == "sm90" && variant == path.substr(5);
+  return p.path == path && variant.empty();
 }
 
 /// The plan whose path is `path` ("default": the default plan) at `tile` (0: the plan's own).

@@ -28,6 +28,7 @@
 #include "core/cuda_util.h"
 #include "reference/stepfun/families.h"
 #include "reference/stepfun/weights.h"
+#include "stepfun/catalog.h"
 #include "stepfun_layer_inputs.cuh"
 #include "stepfun_layer_report.h"
 
@@ -59,7 +60,8 @@ const char* kUsage =
     "  --workload=step35,fi     workloads (default both)\n"
     "  --family=bf16,fp8,...    families: bf16 fp8 mxfp8 nvfp4 nvfp4_bf16tok (default all)\n"
     "  --tokens=1,8,...         T values (default 1,8,64,512,4096,16384)\n"
-    "  --path=sm90|simt|both    kernel path (default sm90); sm90-e4m3, sm90-g8: variant units\n"
+    "  --path=sm90|simt|both    kernel path (default sm90); sm90-e4m3, sm90-g8, sm90-mc2: "
+    "variants\n"
     "  --reps=N                 timed replays per row, median reported (default 20)\n"
     "  --out=DIR                write DIR/stepfun_layer.md and DIR/stepfun_layer.json\n"
     "  --budget=SECONDS         start no new row past this wall time; keep what was measured\n"
@@ -156,18 +158,13 @@ Options parse(int argc, char** argv) {
 
 // ---- Plans --------------------------------------------------------------------------------------
 
-/// sm90 units are named sm90_<stage>_<family>_t<tile> (variants sm90_<stage>_<family>_<variant>
-/// _t<tile>, path "sm90-<variant>"), the portable SIMT units stepfun_* (src/stepfun/inst/).
-bool unit_on_path(const std::string& unit, const std::string& path, Family f) {
+/// sm90 units are named sm90_* (path "sm90" their main units, "sm90-<variant>" a variant's), the
+/// portable SIMT units stepfun_* (src/stepfun/inst/).
+bool unit_on_path(const std::string& unit, const std::string& path) {
   if (path == "simt") return unit.rfind("stepfun_", 0) == 0;
   if (unit.rfind("sm90_", 0) != 0) return false;
-  const size_t tile_at = unit.rfind("_t");
-  const std::string head = unit.substr(0, tile_at);  // sm90_<stage>_<family>[_<variant>]
-  const std::string family = std::string("_") + family_name(f);
-  const size_t family_at = head.find(family, 5);
-  const std::string variant =
-      family_at == std::string::npos ? "?" : head.substr(family_at + family.size());
-  return path == "sm90" ? variant.empty() : variant == "_" + path.substr(5);
+  const std::string variant = unit_variant(unit);
+  return path == "sm90" ? variant.empty() : path == "sm90-" + variant;
 }
 
 /// The first candidate of plans_for() whose FC1 and FC2 units are both on `path`.
@@ -183,9 +180,7 @@ std::optional<Plan> plan_for_path(const Workload& w, Family f, int64_t tokens,
   p.logits_input = true;
   p.device = Device::cuda(0);
   for (const Plan& plan : plans_for(p)) {
-    if (unit_on_path(plan.fc1_kernel, path, f) && unit_on_path(plan.fc2_kernel, path, f)) {
-      return plan;
-    }
+    if (unit_on_path(plan.fc1_kernel, path) && unit_on_path(plan.fc2_kernel, path)) return plan;
   }
   return std::nullopt;
 }

@@ -85,6 +85,14 @@ const std::vector<KernelUnit>& cpu_units() {
   return cpu;
 }
 
+/// A registry unit's variant: its registry variant is the family name, or "family:variant" for a
+/// stage's further units.
+std::string variant_of(const core::KernelUnit& u) {
+  const std::string registry_variant = u.variant;
+  const size_t colon = registry_variant.find(':');
+  return colon == std::string::npos ? std::string() : registry_variant.substr(colon + 1);
+}
+
 /// The catalog entry of a registry unit, cached so plans can hand out stable pointers.
 const KernelUnit* wrap(const core::KernelUnit* u, Stage stage, Family family) {
   static std::mutex mutex;
@@ -93,12 +101,8 @@ const KernelUnit* wrap(const core::KernelUnit* u, Stage stage, Family family) {
   auto& slot = cache[u->name];
   if (!slot) {
     const Arch own = std::string(u->arch) == "sm90a" ? Arch::kSm90 : Arch::kPortable;
-    // Registry variants are the family name, or "family:variant" for a stage's further units.
-    const std::string registry_variant = u->variant;
-    const size_t colon = registry_variant.find(':');
-    slot = std::make_unique<KernelUnit>(KernelUnit{
-        stage, family, u->size, own, u->name,
-        colon == std::string::npos ? std::string() : registry_variant.substr(colon + 1)});
+    slot = std::make_unique<KernelUnit>(
+        KernelUnit{stage, family, u->size, own, u->name, variant_of(*u)});
   }
   return slot.get();
 }
@@ -168,6 +172,11 @@ const KernelUnit* find_unit_named(const std::string& name, Stage stage, Family f
     if (u->name == name) return u;
   }
   return nullptr;
+}
+
+std::string unit_variant(const std::string& name) {
+  const core::KernelUnit* u = core::find_kernel_unit_by_name(name);
+  return u == nullptr ? std::string() : variant_of(*u);
 }
 
 const char* path_name(Arch unit_arch) {

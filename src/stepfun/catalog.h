@@ -50,6 +50,9 @@ const KernelUnit* find_unit_named(const std::string& name, Stage stage, Family f
 /// Whether `unit` takes a problem of hidden size `hidden` beyond its (stage, family, tile): the
 /// sm90 units' shape rule (sm90/tile_config.h sm90_supports_shape); every other unit takes all.
 bool unit_takes_shape(const KernelUnit& unit, Family family, int64_t hidden);
+/// The variant of the kernel unit named `name` (KernelUnit::variant): "" for a stage's main unit,
+/// a CPU unit or an unknown name.
+std::string unit_variant(const std::string& name);
 /// "sm90" (Hopper tensor-core units), "simt" (portable units), "cpu" (reference engine).
 const char* path_name(Arch unit_arch);
 

@@ -67,7 +67,7 @@ DType fc1_out_dtype(Family f) {
 /// rounding; 0.03-0.09 % of elements past one step).
 bool tensor_core_fp8(const Case& c, cakemoe::stepfun::Stage stage, const std::string& kernel) {
   namespace sf = cakemoe::stepfun;
-  if (kernel.find("_e4m3_") != std::string::npos) return true;
+  if (sf::unit_variant(kernel) == "e4m3") return true;
   if (c.family != Family::kFP8) return false;
   const sf::KernelUnit* unit =
       sf::find_unit(stage, c.family, static_cast<int>(c.dims.tile), sf::arch_of(Device::cuda(0)));
