@@ -60,8 +60,8 @@ const char* kUsage =
     "  --workload=step35,fi     workloads (default both)\n"
     "  --family=bf16,fp8,...    families: bf16 fp8 mxfp8 nvfp4 nvfp4_bf16tok (default all)\n"
     "  --tokens=1,8,...         T values (default 1,8,64,512,4096,16384)\n"
-    "  --path=sm90|simt|both    kernel path (default sm90); sm90-e4m3, sm90-g8, sm90-mc2: "
-    "variants\n"
+    "  --path=sm90|simt|both    kernel path (default sm90: the default sm90 plan); sm90-main:\n"
+    "                           the main units only; sm90-e4m3, sm90-g8: that variant\n"
     "  --reps=N                 timed replays per row, median reported (default 20)\n"
     "  --out=DIR                write DIR/stepfun_layer.md and DIR/stepfun_layer.json\n"
     "  --budget=SECONDS         start no new row past this wall time; keep what was measured\n"
@@ -158,13 +158,15 @@ Options parse(int argc, char** argv) {
 
 // ---- Plans --------------------------------------------------------------------------------------
 
-/// sm90 units are named sm90_* (path "sm90" their main units, "sm90-<variant>" a variant's), the
-/// portable SIMT units stepfun_* (src/stepfun/inst/).
+/// sm90 units are named sm90_* (path "sm90" any of them, so the first candidate is the default
+/// sm90 plan; "sm90-main" the main units; "sm90-<variant>" a variant's), the portable SIMT units
+/// stepfun_* (src/stepfun/inst/).
 bool unit_on_path(const std::string& unit, const std::string& path) {
   if (path == "simt") return unit.rfind("stepfun_", 0) == 0;
   if (unit.rfind("sm90_", 0) != 0) return false;
+  if (path == "sm90") return true;
   const std::string variant = unit_variant(unit);
-  return path == "sm90" ? variant.empty() : path == "sm90-" + variant;
+  return path == (variant.empty() ? "sm90-main" : "sm90-" + variant);
 }
 
 /// The first candidate of plans_for() whose FC1 and FC2 units are both on `path`.

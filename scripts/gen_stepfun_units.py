@@ -3,8 +3,7 @@
 tile) that src/stepfun/sm90/tile_config.h's has_sm90_unit admits (keep FAMILY_TILES in step), and
 the variant units the catalog lists after a stage's main sm90 unit (registry variant
 "<family>:<variant>"): sm90_fc{1,2}_mxfp8_e4m3_t<tile>.cu for has_sm90_e4m3_unit (E4M3_TILES) and
-sm90_fc{1,2}_<family>_g8_t64.cu for has_sm90_group_unit (GROUP_UNITS; kRasterGroup 8) and
-sm90_fc{1,2}_<family>_mc2_t64.cu for has_sm90_cluster_unit (same families and tile; cluster pairs).
+sm90_fc{1,2}_<family>_g8_t64.cu for has_sm90_group_unit (GROUP_UNITS; kRasterGroup 8).
 
     python3 scripts/gen_stepfun_units.py   # rewrites the sm90 units, deletes stale ones
 """
@@ -61,9 +60,6 @@ def main():
                       family=family, how=f", g{RASTER_GROUP} variant",
                       variant=f"{family}:g{RASTER_GROUP}", tile=tile, stage=stage, enum=enum,
                       fc1=fc1, extra=f", false, {RASTER_GROUP}")
-                write(inst, wanted, f"sm90_{stage}_{family}_mc2_t{tile}", what=what,
-                      family=family, how=", mc2 variant", variant=f"{family}:mc2", tile=tile,
-                      stage=stage, enum=enum, fc1=fc1, extra=", false, 2, true")
     for path in inst.glob("sm90_*.cu"):
         if path.name not in wanted:
             path.unlink()

@@ -32,21 +32,6 @@ CAKEMOE_DEVICE void mbarrier_arrive(uint64_t* bar) {
       : "memory");
 }
 
-/// The shared::cluster address of `local` (a shared::cta address of this CTA's shared memory) in
-/// the CTA of rank `cta` of the cluster.
-CAKEMOE_DEVICE uint32_t cluster_map(uint32_t local, uint32_t cta) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(cta));
-  return remote;
-}
-
-/// Arrives on the barrier at shared::cluster address `remote` (cluster_map), releasing this
-/// thread's prior accesses at cluster scope.
-CAKEMOE_DEVICE void mbarrier_arrive_cluster(uint32_t remote) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
-               : "memory");
-}
-
 /// Arrives and announces `bytes` that bulk copies will complete on this barrier's phase.
 CAKEMOE_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),

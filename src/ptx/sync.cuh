@@ -39,20 +39,6 @@ CAKEMOE_DEVICE void griddep_launch_dependents() {
 #endif
 }
 
-/// This CTA's rank in its cluster.
-CAKEMOE_DEVICE uint32_t cluster_cta_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return rank;
-}
-
-/// Every thread of every CTA of the cluster arrives, then waits for all (release / acquire at
-/// cluster scope).
-CAKEMOE_DEVICE void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
-                   : "memory");
-}
-
 /// A programmatic dependent's first step: wait for the kernel before it, then let the next kernel
 /// launch (its CTAs wait in their own griddep_wait). Called before any global memory access.
 CAKEMOE_DEVICE void griddep_enter() {

@@ -47,29 +47,6 @@ CAKEMOE_DEVICE void tma_load_3d(void* dst, const void* tensor_map, uint64_t* bar
       : "memory");
 }
 
-/// tma_load_2d into the same shared-memory offset of every CTA of the cluster in `cta_mask`, each
-/// completing its bytes on its own barrier at `bar`'s offset.
-CAKEMOE_DEVICE void tma_load_2d_multicast(void* dst, const void* tensor_map, uint64_t* bar,
-                                          int32_t c0, int32_t c1, uint16_t cta_mask,
-                                          uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
-      "cluster.L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5, %6;\n" ::"r"(smem_addr(dst)),
-      "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask), "l"(policy)
-      : "memory");
-}
-
-/// tma_load_3d, multicast as tma_load_2d_multicast.
-CAKEMOE_DEVICE void tma_load_3d_multicast(void* dst, const void* tensor_map, uint64_t* bar,
-                                          int32_t c0, int32_t c1, int32_t c2, uint16_t cta_mask,
-                                          uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
-      "cluster.L2::cache_hint [%0], [%1, {%3, %4, %5}], [%2], %6, %7;\n" ::"r"(smem_addr(dst)),
-      "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask), "l"(policy)
-      : "memory");
-}
-
 /// `bytes` (multiple of 16, 16-byte aligned both sides) global -> shared, completing on `bar`.
 CAKEMOE_DEVICE void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
                               uint64_t policy) {

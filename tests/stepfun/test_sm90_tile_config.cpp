@@ -125,17 +125,7 @@ TEST(Sm90TileConfig, CtaOrderCoversEveryTileAndBlockOnce) {
   EXPECT_EQ(cta_coord(8, 24, 8).tile, 0);
   EXPECT_EQ(cta_coord(8, 24, 8).m_block, 1);
   EXPECT_EQ(cta_coord(8 * 24, 24, 8).tile, 8);
-  // Cluster pairs: group 2 puts the two tiles of a pair on adjacent CTA numbers (2j, 2j + 1) with
-  // the same weight block, so a cluster of two along x is a pair; the grid stays even.
-  for (int64_t id = 0; id < 2 * 24 * 5; id += 2) {
-    const CtaCoord a = cta_coord(id, 24, kClusterPair), b = cta_coord(id + 1, 24, kClusterPair);
-    EXPECT_EQ(a.m_block, b.m_block);
-    EXPECT_EQ(a.tile % 2, 0);
-    EXPECT_EQ(b.tile, a.tile + 1);
-  }
-  EXPECT_EQ(grid_ctas(61, 24, kClusterPair) % 2, 0);
-  EXPECT_EQ(has_sm90_cluster_unit(Family::kBF16, 64), has_sm90_group_unit(Family::kBF16, 64));
-  EXPECT_FALSE(has_sm90_cluster_unit(Family::kMXFP8, 64));
+  EXPECT_EQ(grid_ctas(61, 24, 8), 64 * 24);  // whole groups
   EXPECT_TRUE(has_sm90_group_unit(Family::kBF16, 64));
   EXPECT_TRUE(has_sm90_group_unit(Family::kFP8, 64));
   EXPECT_FALSE(has_sm90_group_unit(Family::kBF16, 32));
@@ -159,16 +149,12 @@ TEST(Sm90TileConfig, DefaultChoiceNamesBuiltUnits) {
         case Sm90Variant::kG8:
           EXPECT_TRUE(has_sm90_group_unit(f, c.tile));
           break;
-        case Sm90Variant::kMc2:
-          EXPECT_TRUE(has_sm90_cluster_unit(f, c.tile));
-          break;
       }
     }
   }
   EXPECT_STREQ(sm90_variant_name(Sm90Variant::kMain), "");
   EXPECT_STREQ(sm90_variant_name(Sm90Variant::kE4m3), "e4m3");
   EXPECT_STREQ(sm90_variant_name(Sm90Variant::kG8), "g8");
-  EXPECT_STREQ(sm90_variant_name(Sm90Variant::kMc2), "mc2");
 }
 
 TEST(Sm90TileConfig, E4m3VariantIsMxfp8DecodeAndFitsSharedMemory) {
@@ -277,11 +263,6 @@ TEST(Sm90TileConfig, GeneratedUnitFilesAreTheAdmittedTriples) {
         if (has_sm90_group_unit(family, tile)) {
           admitted.insert({stage,
                            std::string(family_name(family)) + "_g" + std::to_string(kRasterGroup),
-                           tile});
-        }
-        if (has_sm90_cluster_unit(family, tile)) {
-          admitted.insert({stage,
-                           std::string(family_name(family)) + "_mc" + std::to_string(kClusterPair),
                            tile});
         }
       }

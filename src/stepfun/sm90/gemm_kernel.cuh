@@ -119,9 +119,8 @@ CAKEMOE_HD constexpr int unit_smem_bytes() {
   }
 }
 
-/// kGroup: tiles per raster group (tile_config.h cta_coord); kPair: the cluster-pair variant
-/// (has_sm90_cluster_unit; groups of two, clusters of two, the weight box multicast).
-template <Family F, bool kFc1, int N, bool kE4m3 = false, int kGroup = 1, bool kPair = false>
+/// kGroup: tiles per raster group (tile_config.h cta_coord).
+template <Family F, bool kFc1, int N, bool kE4m3 = false, int kGroup = 1>
 __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
     const __grid_constant__ GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>> params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -131,21 +130,9 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
       std::conditional_t<kLoop == MainLoop::kDequant, DqLayout<F, N>, SmemLayout<N>>>;
   ptx::griddep_enter();  // PDL: core/launch_pdl.h
   const auto& p = params.p;
-  static_assert(!kPair || (kLoop == MainLoop::kSs && kGroup == kClusterPair), "cluster pairs");
   const int64_t id = linear_cta();
   TileWork w;
   const bool has_work = tile_work_at(p.tables, p.num_experts, params.m_blocks, kGroup, id, &w);
-  // A pair shares the weight box only when both tiles have work on the same expert (both CTAs
-  // read the same two table entries, so they agree); otherwise each loads its own.
-  bool shared = false;
-  uint32_t rank = 0;
-  if constexpr (kPair) {
-    TileWork peer_work;
-    const bool peer_has =
-        tile_work_at(p.tables, p.num_experts, params.m_blocks, kGroup, id ^ 1, &peer_work);
-    shared = has_work && peer_has && peer_work.expert == w.expert;
-    rank = ptx::cluster_cta_rank();
-  }
   if (!has_work) return;
 
   // Carve shared memory (stage buffers on the 1024-byte swizzle atom)
@@ -167,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
                                                             : kMxEmptyArrivals;
     for (int s = 0; s < L::kStages; ++s) {
       ptx::mbarrier_init(&full[s], 1 + kTokenWriters);
-      ptx::mbarrier_init(&empty[s], shared ? 2 * kReleases : kReleases);
+      ptx::mbarrier_init(&empty[s], kReleases);
     }
     if constexpr (kLoop == MainLoop::kDequant) {
       for (int s = 0; s < L::kRing; ++s) {
@@ -192,8 +179,6 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
     row_src[tid] = src;
   }
   __syncthreads();
-  // The peer multicasts into this CTA's stages and arrives on its barriers: both inits first.
-  if (shared) ptx::cluster_sync();
 
   if (tid < 128) {
     // Producer warpgroup
@@ -216,8 +201,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
       }
     } else {
       if (tid == 0) {
-        const WeightBoxLoad how = kPair ? WeightBoxLoad{2, shared, rank} : WeightBoxLoad{};
-        produce_weights<F, N>(&params.weights_map, smem, shape.num_k, shape.weight_rows, w, how);
+        produce_weights<F, N>(&params.weights_map, smem, shape.num_k, shape.weight_rows, w);
       } else if (tid >= 32) {
         produce_tokens<N>(shape.tokens, shape.token_row_bytes, row_src, smem, shape.num_k,
                           tid - 32);
@@ -232,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
     } else if constexpr (kLoop == MainLoop::kDequant) {
       dq_consume<F, N>(smem, dq_operands<F>(p, shape, w.expert), ctid / 128, acc);
     } else {
-      consume<F, N, kPair>(smem, shape.num_k, ctid / 128, acc, shared, rank ^ 1u);
+      consume<F, N>(smem, shape.num_k, ctid / 128, acc);
     }
     if constexpr (kFc1) {
       fc1_epilogue<F, N>(p, w, row_src, acc, smem, ctid);
@@ -240,8 +224,6 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
       fc2_epilogue<F, N>(p, w, acc, smem, ctid);
     }
   }
-  // The peer's consumers may still arrive on this CTA's barriers: neither CTA leaves first.
-  if (shared) ptx::cluster_sync();
 #endif
 }
 
@@ -252,8 +234,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
 /// map with a (64, 128) box, unswizzled (consumers read rows, not wgmma). Out-of-range rows / K
 /// read as zeros.
 template <Family F>
-CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows, int64_t k,
-                             cuuint32_t box_rows = kBlockM) {
+CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows, int64_t k) {
   static const auto encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult status{};
@@ -269,7 +250,7 @@ CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows,
   if constexpr (F == Family::kBF16) {
     const cuuint64_t dims[3] = {64, cuuint64_t(rows), cuuint64_t(experts * (k / 64))};
     const cuuint64_t strides[2] = {128, cuuint64_t(rows) * 128};
-    const cuuint32_t box[3] = {64, box_rows, 1};
+    const cuuint32_t box[3] = {64, cuuint32_t(kBlockM), 1};
     const cuuint32_t unit[3] = {1, 1, 1};
     r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(weights), dims, strides,
                box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -278,7 +259,7 @@ CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows,
     const cuuint64_t row_bytes = dq_fp4(F) ? k / 2 : k;
     const cuuint64_t dims[2] = {row_bytes, cuuint64_t(experts * rows)};
     const cuuint64_t strides[1] = {row_bytes};
-    const cuuint32_t box[2] = {cuuint32_t(dq_raw_row_bytes(F)), box_rows};
+    const cuuint32_t box[2] = {cuuint32_t(dq_raw_row_bytes(F)), cuuint32_t(kBlockM)};
     const cuuint32_t unit[2] = {1, 1};
     // e2m1 rows (64 B) are read conflict-free unswizzled; e4m3 rows (128 B) need the swizzle.
     r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(weights), dims, strides,
@@ -288,7 +269,7 @@ CUtensorMap make_weights_map(const void* weights, int64_t experts, int64_t rows,
   } else {
     const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(experts * rows)};
     const cuuint64_t strides[1] = {cuuint64_t(k)};
-    const cuuint32_t box[2] = {kRowBytes, box_rows};
+    const cuuint32_t box[2] = {kRowBytes, cuuint32_t(kBlockM)};
     const cuuint32_t unit[2] = {1, 1};
     r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(weights), dims, strides,
                box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -336,11 +317,11 @@ void check_dq_alignment(const Fc2Params& p) {
 
 /// Binder (stepfun/gemm_params.h GemmBinder): the tensor map is encoded here, once; the closure
 /// only enqueues (no allocation, no host synchronisation, graph-capturable).
-template <Family F, bool kFc1, int N, bool kE4m3 = false, int kGroup = 1, bool kPair = false>
+template <Family F, bool kFc1, int N, bool kE4m3 = false, int kGroup = 1>
 GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>& p) {
   using Params = GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>>;
   static const bool configured = [] {
-    CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_gemm_kernel<F, kFc1, N, kE4m3, kGroup, kPair>,
+    CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_gemm_kernel<F, kFc1, N, kE4m3, kGroup>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             unit_smem_bytes<F, N, kE4m3>()));
     return true;
@@ -359,9 +340,7 @@ GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>&
                         "coordinates); pass a portable plan");
     }
   }
-  // A cluster pair loads the 128-row box as two 64-row halves.
-  params.weights_map = make_weights_map<F>(p.weights, p.num_experts, shape.weight_rows, k_elems,
-                                           kPair ? kBlockM / 2 : kBlockM);
+  params.weights_map = make_weights_map<F>(p.weights, p.num_experts, shape.weight_rows, k_elems);
   const int64_t m_blocks =
       kFc1 ? shape.weight_rows / kBlockM : (shape.weight_rows + kBlockM - 1) / kBlockM;
   params.m_blocks = static_cast<int32_t>(m_blocks);
@@ -369,10 +348,9 @@ GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>&
   const LinearGrid g = linear_grid(grid_ctas(p.tables.max_ctas, params.m_blocks, kGroup));
   const dim3 grid(g.x, g.y);
   return [params, grid](Stream stream) {
-    core::launch_dependent_clustered(sm90_gemm_kernel<F, kFc1, N, kE4m3, kGroup, kPair>, grid,
-                                     dim3(kThreads), unit_smem_bytes<F, N, kE4m3>(),
-                                     static_cast<cudaStream_t>(stream),
-                                     kPair ? unsigned(kClusterPair) : 1u, params);
+    core::launch_dependent(sm90_gemm_kernel<F, kFc1, N, kE4m3, kGroup>, grid, dim3(kThreads),
+                           unit_smem_bytes<F, N, kE4m3>(), static_cast<cudaStream_t>(stream),
+                           params);
   };
 }
 #endif  // __CUDACC__

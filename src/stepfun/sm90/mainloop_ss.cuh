@@ -67,59 +67,35 @@ struct PipeState {
   }
 };
 
-/// How the TMA thread loads a stage's 128-row weight box: whole (the main units), as two 64-row
-/// halves (cluster-pair units, whose map's box is 64 rows), or, `multicast`, only half `rank`,
-/// multicast to both CTAs of the pair (each CTA's full barrier expects the whole box; its empty
-/// barrier counts both CTAs' consumers, so no half lands in a stage the peer still reads).
-struct WeightBoxLoad {
-  int parts = 1;
-  bool multicast = false;
-  uint32_t rank = 0;
-};
-
-/// One TMA load of `box_rows`-row weights from row m0 of the expert's block at stage k: bf16
-/// weights are BlockMajorK [E * K/64, rows, 64] (3-D map), e4m3 weights row-major [E * rows, K]
-/// (2-D map); `multicast`: into both CTAs of the cluster pair.
+/// One TMA load of the 128-row weight box of stage k: bf16 weights are BlockMajorK
+/// [E * K/64, rows, 64] (3-D map), e4m3 weights row-major [E * rows, K] (2-D map).
 template <Family F>
-CAKEMOE_DEVICE void load_weight_part(uint8_t* dst, const CUtensorMap* map, uint64_t* bar,
-                                     const TileWork& w, int num_k, int64_t rows, int k, int32_t m0,
-                                     bool multicast, uint64_t policy) {
+CAKEMOE_DEVICE void load_weight_box(uint8_t* dst, const CUtensorMap* map, uint64_t* bar,
+                                    const TileWork& w, int num_k, int64_t rows, int k,
+                                    uint64_t policy) {
+  const int32_t m0 = w.m_block * kBlockM;
   if constexpr (F == Family::kBF16) {
-    if (multicast) {
-      ptx::tma_load_3d_multicast(dst, map, bar, 0, m0, w.expert * num_k + k, 0x3, policy);
-    } else {
-      ptx::tma_load_3d(dst, map, bar, 0, m0, w.expert * num_k + k, policy);
-    }
+    ptx::tma_load_3d(dst, map, bar, 0, m0, w.expert * num_k + k, policy);
   } else {
-    const int32_t row = static_cast<int32_t>(w.expert * rows + m0);
-    if (multicast) {
-      ptx::tma_load_2d_multicast(dst, map, bar, k * kRowBytes, row, 0x3, policy);
-    } else {
-      ptx::tma_load_2d(dst, map, bar, k * kRowBytes, row, policy);
-    }
+    ptx::tma_load_2d(dst, map, bar, k * kRowBytes, static_cast<int32_t>(w.expert * rows + m0),
+                     policy);
   }
 }
 
-/// Producer, TMA thread: one 128-row x 128-byte weight box per stage, loaded as `how` says.
+/// Producer, TMA thread: one 128-row x 128-byte weight box per stage.
 template <Family F, int N>
 CAKEMOE_DEVICE void produce_weights(const CUtensorMap* map, uint8_t* smem, int num_k, int64_t rows,
-                                    const TileWork& w, WeightBoxLoad how = {}) {
+                                    const TileWork& w) {
   using L = SmemLayout<N>;
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
   const uint64_t policy = ptx::l2_policy_evict_first();
-  const int part_rows = kBlockM / how.parts;
-  const int first = how.multicast ? static_cast<int>(how.rank) : 0;
-  const int last = how.multicast ? first + 1 : how.parts;
   PipeState ps;
   for (int k = 0; k < num_k; ++k, ps.advance(L::kStages)) {
     ptx::mbarrier_wait_parity(&empty[ps.stage], ps.phase ^ 1);
     ptx::mbarrier_arrive_expect_tx(&full[ps.stage], a_stage_bytes());
-    for (int h = first; h < last; ++h) {
-      load_weight_part<F>(smem + L::kA + ps.stage * a_stage_bytes() + h * part_rows * kRowBytes,
-                          map, &full[ps.stage], w, num_k, rows, k,
-                          w.m_block * kBlockM + h * part_rows, how.multicast, policy);
-    }
+    load_weight_box<F>(smem + L::kA + ps.stage * a_stage_bytes(), map, &full[ps.stage], w, num_k,
+                       rows, k, policy);
   }
 }
 
@@ -174,11 +150,9 @@ CAKEMOE_DEVICE void produce_tokens(const uint8_t* base, int64_t row_bytes, const
 
 /// Consumer warpgroup `group` (0, 1): acc[64 x N] = its 64 weight rows x the tile's tokens over
 /// the whole K. Each warp releases a stage (lane 0 arrives on `empty`) once its wgmma reads of it
-/// are complete; in a multicasting cluster pair (`kPaired`, `remote`) also on the peer's `empty`,
-/// whose producer writes half of every stage into this CTA.
-template <Family F, int N, bool kPaired = false>
-CAKEMOE_DEVICE void consume(uint8_t* smem, int num_k, int group, float (&acc)[N / 2],
-                            bool remote = false, uint32_t peer = 0) {
+/// are complete.
+template <Family F, int N>
+CAKEMOE_DEVICE void consume(uint8_t* smem, int num_k, int group, float (&acc)[N / 2]) {
   using L = SmemLayout<N>;
   using Ops = SsOperands<F>;
   using Mma = typename Ops::template Mma<N>;
@@ -186,13 +160,7 @@ CAKEMOE_DEVICE void consume(uint8_t* smem, int num_k, int group, float (&acc)[N 
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
   const bool lane0 = threadIdx.x % 32 == 0;
-  const auto release = [&](int stage) {
-    ptx::mbarrier_arrive(&empty[stage]);
-    if constexpr (kPaired) {
-      if (remote)
-        ptx::mbarrier_arrive_cluster(ptx::cluster_map(ptx::smem_addr(&empty[stage]), peer));
-    }
-  };
+  const auto release = [&](int stage) { ptx::mbarrier_arrive(&empty[stage]); };
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
   float part[Ops::kPromote ? N / 2 : 1];

@@ -153,7 +153,7 @@ CAKEMOE_HD constexpr int64_t grid_ctas(int64_t max_ctas, int32_t m_blocks, int g
   return (max_ctas + group - 1) / group * group * m_blocks;
 }
 
-/// The (family, tile) of the prefill variants of the SS units (g8, mc2): bf16 and fp8 at tile 64,
+/// The (family, tile) of the prefill variant of the SS units (g8): bf16 and fp8 at tile 64,
 /// the prefill tile, where FC1 is bound by L2 and re-reads each weight block from DRAM about 4
 /// times (docs/performance/stepfun.md).
 CAKEMOE_HD constexpr bool is_ss_prefill_tile(Family family, int tile) {
@@ -163,15 +163,6 @@ CAKEMOE_HD constexpr bool is_ss_prefill_tile(Family family, int tile) {
 /// Whether the raster-group variant (tiles per group `kRasterGroup`) exists for (family, tile).
 constexpr int kRasterGroup = 8;
 CAKEMOE_HD constexpr bool has_sm90_group_unit(Family family, int tile) {
-  return is_ss_prefill_tile(family, tile);
-}
-
-/// Whether the cluster-pair variant ("mc2") exists for (family, tile). Two CTAs of a cluster take
-/// adjacent tiles (raster groups of 2) and the same weight block; when both tiles belong to one
-/// expert each loads half of the weight box and multicasts it to both, halving the weight traffic
-/// out of L2 (prefill FC1 is bound by L2 at tile 64).
-constexpr int kClusterPair = 2;
-CAKEMOE_HD constexpr bool has_sm90_cluster_unit(Family family, int tile) {
   return is_ss_prefill_tile(family, tile);
 }
 
@@ -201,14 +192,11 @@ CAKEMOE_HD constexpr int mx_smem_bytes(int tile) {
 // ---- The default sm90 plan: tile and unit variant per family and rows per expert ---------------
 
 /// The units an sm90 plan runs: the main ones, or a variant above (catalog KernelUnit::variant).
-enum class Sm90Variant : uint8_t { kMain, kE4m3, kG8, kMc2 };
+enum class Sm90Variant : uint8_t { kMain, kE4m3, kG8 };
 
 /// The catalog's variant string of `v` ("" for the main units).
 CAKEMOE_HD constexpr const char* sm90_variant_name(Sm90Variant v) {
-  return v == Sm90Variant::kE4m3  ? "e4m3"
-         : v == Sm90Variant::kG8  ? "g8"
-         : v == Sm90Variant::kMc2 ? "mc2"
-                                  : "";
+  return v == Sm90Variant::kE4m3 ? "e4m3" : v == Sm90Variant::kG8 ? "g8" : "";
 }
 
 struct Sm90Choice {
@@ -217,12 +205,15 @@ struct Sm90Choice {
 };
 
 /// The default sm90 plan of `family` at avg = ceil(T*K / E_loc) routed rows per local expert:
-/// the measured tile (preferred_tile) on the main units. A variant enters here for a family and
-/// avg range only once it has measured faster than its main unit in one run
-/// (bench/lab/stepfun_pending_ab.sh); none has run yet.
+/// the measured tile (preferred_tile), on a variant where it measured faster than the main unit
+/// of its tile in the same run (H200, 896baa4, bench_stepfun_gemm H 4096 I 1536 E 64 K 8, FC1 +
+/// FC2; bench/results/2026-12-03_*): mxfp8 tile 8 "e4m3" 0.80-0.87x the time of the dequant unit
+/// (T 8 / 64 / 512), bf16 / fp8 tile 64 "g8" 0.90-1.00x at T 4096 and 16384.
 CAKEMOE_HD constexpr Sm90Choice sm90_choice(Family family, int64_t avg) {
-  (void)family;
-  return {preferred_tile(avg), Sm90Variant::kMain};
+  const int tile = preferred_tile(avg);
+  if (has_sm90_e4m3_unit(family, tile)) return {tile, Sm90Variant::kE4m3};
+  if (has_sm90_group_unit(family, tile)) return {tile, Sm90Variant::kG8};
+  return {tile, Sm90Variant::kMain};
 }
 
 /// Byte offset, inside a stage's 128x4 weight scales, of the first scale of K elements

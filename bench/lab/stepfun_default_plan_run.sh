@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# One device call (about 9 minutes on the H200): the StepFun GPU suite, the Step-3.5 / FlashInfer
+# layer table on the default sm90 plans (mxfp8 tile 8 on the e4m3 units, bf16 / fp8 tile 64 on
+# the g8 units) with the torch _grouped_mm anchor on the same routing, the same rows on the main
+# units for the A/B, and where the single-launch routing kernel's time goes (ncu with and without
+# cache control; warp stall samples per SASS instruction).
+#
+#   bench/lab/stepfun_default_plan_run.sh OUTDIR        (OUTDIR: $OUT on the device machine)
+#
+# Files in OUTDIR (at most 8): summary.txt, test.log, layer.md, layer.json, anchor.txt, ab.txt,
+# routing_ncu.txt, routing_sass.csv.
+set -uo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/common.sh"
+out="${1:-${OUT:-$PWD/stepfun-default-out}}"
+mkdir -p "$out"
+work="$(mktemp -d)"
+build="${CAKEMOE_BUILD_DIR:-$CAKEMOE_ROOT/build-gpu}"
+export CAKEMOE_WITH_CUDA=ON
+cakemoe_cuda_path
+summary="$out/summary.txt"
+note() { echo "$*" | tee -a "$summary"; }
+: >"$summary"
+note "commit: ${CAKEMOE_COMMIT:-$(git -C "$CAKEMOE_ROOT" rev-parse --short HEAD 2>/dev/null)}"
+note "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+
+start=$SECONDS
+if cakemoe_configure "$build" all -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON \
+     -DCAKEMOE_HEADER_CHECK=OFF -DCAKEMOE_BUILD_PYTHON=OFF -DCMAKE_CUDA_FLAGS=-lineinfo \
+     >"$work/build.log" 2>&1 &&
+   cmake --build "$build" -j "$(nproc)" --target test_gpu bench_stepfun_layer bench_stepfun_gemm \
+     >>"$work/build.log" 2>&1; then
+  note "build: ok ($((SECONDS - start)) s)"
+else
+  note "build: FAILED"; tail -n 40 "$work/build.log" | tee -a "$summary"; exit 1
+fi
+
+# 1. Correctness first: the StepFun GPU suite, variant units included.
+start=$SECONDS
+(cd "$build" && timeout 240 ctest -L gpu -R 'Step|step|Sm90' -E python -j 8 --output-on-failure) \
+  >"$out/test.log" 2>&1
+note "tests: rc $? ($((SECONDS - start)) s) $(grep -E 'tests passed|tests failed' "$out/test.log")"
+grep -E '^\s+[0-9]+ - .*(Failed|Timeout|Exception)' "$out/test.log" | tee -a "$summary"
+
+# 2. The layer table on the default plans, and the anchor on the same routing.
+layer="$build/bench/bench_stepfun_layer"
+tokens=1,8,64,512,4096,16384
+start=$SECONDS
+timeout 260 "$layer" --tokens=$tokens --reps=10 --write-routing --out="$work" --budget=230 \
+  >"$work/layer.log" 2>&1
+note "layer: rc $? ($((SECONDS - start)) s)"
+cp "$work/stepfun_layer.md" "$out/layer.md" 2>/dev/null
+cp "$work/stepfun_layer.json" "$out/layer.json" 2>/dev/null
+start=$SECONDS
+timeout 120 python3 "$CAKEMOE_ROOT/bench/anchor_grouped_mm.py" --tokens=$tokens --reps=10 \
+  --routing-dir="$work" --budget=100 >"$out/anchor.txt" 2>&1
+note "anchor: rc $? ($((SECONDS - start)) s)"
+
+# 3. A/B: the same rows on the main units (the default plan's rows are in layer.md).
+{
+  cat "$work/layer.log"
+  echo "---- main units"
+  timeout 90 "$layer" --family=bf16,fp8 --tokens=512,4096,16384 --path=sm90-main --reps=10
+  timeout 60 "$layer" --family=mxfp8 --tokens=1,8,64 --path=sm90-main --reps=10
+} >"$out/ab.txt" 2>&1
+note "ab: rc $?"
+
+# 4. The single-launch routing kernel at T 1: ncu with its cache control, then without.
+rargs=(--workload=step35 --family=bf16 --tokens=1 --reps=1)
+{
+  for cc in all none; do
+    echo "==== --cache-control $cc"
+    timeout 60 ncu --clock-control none --cache-control "$cc" -k regex:routing_single_kernel \
+      --launch-count 3 --section SpeedOfLight "$layer" "${rargs[@]}" 2>&1 | grep -E "Duration|Elapsed|==PROF=="
+  done
+  timeout 60 ncu --clock-control none -k regex:routing_single_kernel --launch-count 1 \
+    --section WarpStateStats --section SourceCounters --import-source yes -o "$work/routing" \
+    "$layer" "${rargs[@]}" >/dev/null 2>&1
+  echo "report: rc $?"
+} >"$out/routing_ncu.txt" 2>&1
+ncu -i "$work/routing.ncu-rep" --page source --csv --print-source sass >"$out/routing_sass.csv" 2>&1
+note "routing ncu: rc $?"
+grep -E 'T=' "$out/ab.txt" | tail -n 40
+cat "$summary"
