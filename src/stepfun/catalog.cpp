@@ -147,6 +147,11 @@ std::vector<const KernelUnit*> find_units(Stage stage, Family family, int tile, 
                   return std::string(a->name) < std::string(b->name);
                 });
       for (const core::KernelUnit* v : variants) out.push_back(wrap(v, stage, family));
+      // The tile's measured units first (sm90/tile_config.h sm90_tile_variant).
+      const std::string preferred =
+          sm90::sm90_variant_name(sm90::sm90_tile_variant(family, tile));
+      std::stable_partition(out.begin(), out.end(),
+                            [&](const KernelUnit* k) { return k->variant == preferred; });
     }
   }
   const core::KernelUnit* p =
@@ -164,6 +169,14 @@ const KernelUnit* find_unit(Stage stage, Family family, int tile, Arch arch) {
 
 bool unit_takes_shape(const KernelUnit& unit, Family family, int64_t hidden) {
   return unit.arch != Arch::kSm90 || sm90::sm90_supports_shape(family, hidden);
+}
+
+const KernelUnit* preferred_unit(Stage stage, Family family, int tile, Arch arch,
+                                 int64_t hidden) {
+  for (const KernelUnit* u : find_units(stage, family, tile, arch)) {
+    if (unit_takes_shape(*u, family, hidden)) return u;
+  }
+  return nullptr;
 }
 
 const KernelUnit* find_unit_named(const std::string& name, Stage stage, Family family, int tile,

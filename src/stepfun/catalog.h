@@ -39,10 +39,11 @@ Arch arch_for(int compute_capability, bool native_code_loads);
 /// The arch a device runs (kCpu for the CPU backend; CUDA devices through arch_for with a probe
 /// of the native code). Throws Unsupported for unknown devices.
 Arch arch_of(Device device);
-/// The unit for (stage, family, tile) on `arch`, or nullptr: the preferred one (on SM90 a Hopper
-/// unit before the portable one).
+/// The unit for (stage, family, tile) on `arch`, or nullptr: the preferred one (on SM90 the
+/// tile's measured Hopper unit, sm90/tile_config.h sm90_tile_variant, before the portable one).
 const KernelUnit* find_unit(Stage stage, Family family, int tile, Arch arch);
-/// Every unit for (stage, family, tile) that `arch` runs, preferred first.
+/// Every unit for (stage, family, tile) that `arch` runs, preferred first; on SM90 the tile's
+/// measured sm90 unit, the other sm90 units (main, variants by name), the portable one last.
 std::vector<const KernelUnit*> find_units(Stage stage, Family family, int tile, Arch arch);
 /// The unit named `name` if it serves (stage, family, tile) and `arch` runs it, else nullptr.
 const KernelUnit* find_unit_named(const std::string& name, Stage stage, Family family, int tile,
@@ -50,6 +51,9 @@ const KernelUnit* find_unit_named(const std::string& name, Stage stage, Family f
 /// Whether `unit` takes a problem of hidden size `hidden` beyond its (stage, family, tile): the
 /// sm90 units' shape rule (sm90/tile_config.h sm90_supports_shape); every other unit takes all.
 bool unit_takes_shape(const KernelUnit& unit, Family family, int64_t hidden);
+/// The first of find_units that takes a problem of hidden size `hidden` (unit_takes_shape): the
+/// unit a stage runs when no plan names one. nullptr when none does.
+const KernelUnit* preferred_unit(Stage stage, Family family, int tile, Arch arch, int64_t hidden);
 /// The variant of the kernel unit named `name` (KernelUnit::variant): "" for a stage's main unit,
 /// a CPU unit or an unknown name.
 std::string unit_variant(const std::string& name);

@@ -36,13 +36,7 @@ const core::KernelUnit& gemm_unit(Stage stage, Family family, int64_t tile, Devi
     return *core::find_kernel_unit_by_name(named->name);
   }
   // The device's preferred unit whose shape rule admits the problem (sm90 first on SM90).
-  const KernelUnit* unit = nullptr;
-  for (const KernelUnit* u : find_units(stage, family, t, arch)) {
-    if (unit_takes_shape(*u, family, hidden)) {
-      unit = u;
-      break;
-    }
-  }
+  const KernelUnit* unit = preferred_unit(stage, family, t, arch, hidden);
   core::require_supported(unit != nullptr, "family",
                           std::string("no CUDA StepFun ") + stage_name(stage) +
                               " kernel unit for family " + family_name(family) + " at tile " +

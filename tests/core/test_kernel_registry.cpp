@@ -10,6 +10,7 @@
 #include "core/kernel_registry.h"
 #include "reference/stepfun/families.h"
 #include "stepfun/catalog.h"
+#include "stepfun/sm90/tile_config.h"
 
 namespace cakemoe {
 namespace {
@@ -58,10 +59,15 @@ TEST(KernelRegistry, StepFunPortableArchFindsTheSm90Units) {
         if (sm90 != nullptr && other != nullptr) {
           if (sm90->arch == Arch::kSm90) {
             EXPECT_EQ(sm90->name.rfind("sm90_", 0), 0u) << sm90->name;
-            // The main sm90 unit, its variants (the mxfp8 e4m3 units), the portable one last.
+            // The tile's measured sm90 unit, the other sm90 units, the portable one last.
             const auto all = stepfun::find_units(stage, family, tile, Arch::kSm90);
             ASSERT_GE(all.size(), 2u) << sm90->name;
-            EXPECT_TRUE(all.front()->variant.empty()) << all.front()->name;
+            if (stage == Stage::kFc1 || stage == Stage::kFc2) {
+              EXPECT_EQ(all.front()->variant,
+                        stepfun::sm90::sm90_variant_name(
+                            stepfun::sm90::sm90_tile_variant(family, tile)))
+                  << all.front()->name;
+            }
             for (size_t i = 0; i + 1 < all.size(); ++i) {
               EXPECT_EQ(all[i]->arch, Arch::kSm90) << all[i]->name;
             }

@@ -204,16 +204,24 @@ struct Sm90Choice {
   Sm90Variant variant;
 };
 
+/// The units an sm90 stage of `family` runs at `tile` unless a plan names others (the default
+/// plan, the per-stage API without a kernel name, the catalog's first sm90 unit): a variant where
+/// it measured faster than the main unit of its tile in the same run (H200, 896baa4,
+/// bench_stepfun_gemm H 4096 I 1536 E 64 K 8, FC1 + FC2;
+/// bench/results/2026-12-02_896baa4_stepfun-variants.md): mxfp8 tile 8 "e4m3" 0.81-0.87x the
+/// time of the dequant unit (T 8 / 64 / 512), bf16 / fp8 tile 64 "g8" 0.90-1.00x at T 4096 and
+/// 16384.
+CAKEMOE_HD constexpr Sm90Variant sm90_tile_variant(Family family, int tile) {
+  if (has_sm90_e4m3_unit(family, tile)) return Sm90Variant::kE4m3;
+  if (has_sm90_group_unit(family, tile)) return Sm90Variant::kG8;
+  return Sm90Variant::kMain;
+}
+
 /// The default sm90 plan of `family` at avg = ceil(T*K / E_loc) routed rows per local expert:
-/// the measured tile (preferred_tile), on a variant where it measured faster than the main unit
-/// of its tile in the same run (H200, 896baa4, bench_stepfun_gemm H 4096 I 1536 E 64 K 8, FC1 +
-/// FC2; bench/results/2026-12-03_*): mxfp8 tile 8 "e4m3" 0.80-0.87x the time of the dequant unit
-/// (T 8 / 64 / 512), bf16 / fp8 tile 64 "g8" 0.90-1.00x at T 4096 and 16384.
+/// the measured tile (preferred_tile) on that tile's units (sm90_tile_variant).
 CAKEMOE_HD constexpr Sm90Choice sm90_choice(Family family, int64_t avg) {
   const int tile = preferred_tile(avg);
-  if (has_sm90_e4m3_unit(family, tile)) return {tile, Sm90Variant::kE4m3};
-  if (has_sm90_group_unit(family, tile)) return {tile, Sm90Variant::kG8};
-  return {tile, Sm90Variant::kMain};
+  return {tile, sm90_tile_variant(family, tile)};
 }
 
 /// Byte offset, inside a stage's 128x4 weight scales, of the first scale of K elements
