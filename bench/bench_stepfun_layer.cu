@@ -169,7 +169,8 @@ bool unit_on_path(const std::string& unit, const std::string& path) {
   return path == (variant.empty() ? "sm90-main" : "sm90-" + variant);
 }
 
-/// The first candidate of plans_for() whose FC1 and FC2 units are both on `path`.
+/// The candidate of plans_for() whose FC1 and FC2 units are both on `path`: at the default plan's
+/// tile when there is one (so an A/B of two paths compares units, not tiles), else the first.
 std::optional<Plan> plan_for_path(const Workload& w, Family f, int64_t tokens,
                                   const std::string& path) {
   ProblemDesc p;
@@ -181,10 +182,14 @@ std::optional<Plan> plan_for_path(const Workload& w, Family f, int64_t tokens,
   p.intermediate_size = w.inter;
   p.logits_input = true;
   p.device = Device::cuda(0);
-  for (const Plan& plan : plans_for(p)) {
-    if (unit_on_path(plan.fc1_kernel, path) && unit_on_path(plan.fc2_kernel, path)) return plan;
+  const std::vector<Plan> plans = plans_for(p);
+  std::optional<Plan> first;
+  for (const Plan& plan : plans) {
+    if (!unit_on_path(plan.fc1_kernel, path) || !unit_on_path(plan.fc2_kernel, path)) continue;
+    if (plan.tile == plans.front().tile) return plan;
+    if (!first) first = plan;
   }
-  return std::nullopt;
+  return first;
 }
 
 std::string plan_text(const Plan& plan) {

@@ -46,12 +46,62 @@ CAKEMOE_DEVICE uint64_t lane_best_below(const void* row, bool fp32, int num_expe
   return best;
 }
 
-CAKEMOE_DEVICE uint64_t warp_max_u64(uint64_t v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
-    const uint64_t other = __shfl_xor_sync(kFullMask, v, offset);
-    v = other > v ? other : v;
+/// The warp's largest candidate (all 32 lanes must call): the high words by one warp reduction,
+/// then the low words of the lanes holding that high word by a second (sm_80 redux.sync).
+CAKEMOE_DEVICE uint64_t warp_max_candidate(uint64_t v) {
+  const uint32_t hi = static_cast<uint32_t>(v >> 32), lo = static_cast<uint32_t>(v);
+  const uint32_t top = __reduce_max_sync(kFullMask, hi);
+  const uint32_t low = __reduce_max_sync(kFullMask, hi == top ? lo : 0u);
+  return (static_cast<uint64_t>(top) << 32) | low;
+}
+
+/// The largest of a lane's register candidates strictly below `bound`; 0 when there is none.
+template <int kPer>
+CAKEMOE_DEVICE uint64_t best_below(const uint64_t (&c)[kPer], uint64_t bound) {
+  uint64_t best = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) best = (c[i] < bound && c[i] > best) ? c[i] : best;
+  return best;
+}
+
+/// The K best candidates of a row, lane k receiving the k-th (descending). Each lane keeps the
+/// best of its experts (j = lane, lane + 32, ...) below the last winner; only the lane that owned
+/// the winner looks again. kPer > 0: the lane's kPer candidates are loaded once (all in flight)
+/// and kept in registers (E <= 32 * kPer); kPer == 0: any E, re-read through L1.
+template <int kPer>
+CAKEMOE_DEVICE uint64_t select_top_k(const void* row, bool fp32, int num_experts, int top_k,
+                                     int lane) {
+  uint64_t c[kPer > 0 ? kPer : 1];
+  uint64_t mine;
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int j = lane + kWarpSize * i;
+      c[i] = j < num_experts ? candidate(logit_key(logit_bits(row, fp32, j)), j) : 0;
+    }
+    mine = best_below(c, ~0ull);
+  } else {
+    mine = lane_best_below(row, fp32, num_experts, lane, ~0ull);
   }
-  return v;
+  uint64_t kth = 0;
+  for (int k = 0; k < top_k; ++k) {
+    const uint64_t winner = warp_max_candidate(mine);
+    if (lane == k) kth = winner;
+    if (mine == winner) {
+      if constexpr (kPer > 0) {
+        mine = best_below(c, winner);
+      } else {
+        mine = lane_best_below(row, fp32, num_experts, lane, winner);
+      }
+    }
+  }
+  return kth;
+}
+
+/// fp32 bits of a candidate's logit (logit_key inverted).
+CAKEMOE_DEVICE uint32_t candidate_logit_bits(uint64_t cand) {
+  const uint32_t key = static_cast<uint32_t>(cand >> 16);
+  return (key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key;
 }
 
 /// Routes token t with the whole warp (all 32 lanes must call): selects the K best experts in
@@ -61,20 +111,19 @@ CAKEMOE_DEVICE void route_token_warp(const RoutingParams& p, int t, int lane) {
   const int top_k = p.top_k;
   const int64_t row_bytes = static_cast<int64_t>(num_experts) * (p.logits_fp32 ? 4 : 2);
   const void* row = static_cast<const char*>(p.logits) + static_cast<int64_t>(t) * row_bytes;
-
-  // Selection: each lane keeps its best candidate below the last winner. Only the lane that
-  // owned the winner has to look again: every other lane's best is still the best below it.
-  uint64_t mine = lane_best_below(row, p.logits_fp32, num_experts, lane, ~0ull);
-  int my_id = 0;
-  for (int k = 0; k < top_k; ++k) {
-    const uint64_t winner = warp_max_u64(mine);
-    if (lane == k) my_id = 65535 - static_cast<int>(winner & 0xFFFFu);
-    if (mine == winner) mine = lane_best_below(row, p.logits_fp32, num_experts, lane, winner);
-  }
+  const bool fp32 = p.logits_fp32;
+  // NOTE: the register forms keep E / 32 candidates per lane (Step-3.5 E 288: 9 of 16 slots).
+  const uint64_t kth =
+      num_experts <= 2 * kWarpSize    ? select_top_k<2>(row, fp32, num_experts, top_k, lane)
+      : num_experts <= 4 * kWarpSize  ? select_top_k<4>(row, fp32, num_experts, top_k, lane)
+      : num_experts <= 8 * kWarpSize  ? select_top_k<8>(row, fp32, num_experts, top_k, lane)
+      : num_experts <= 16 * kWarpSize ? select_top_k<16>(row, fp32, num_experts, top_k, lane)
+                                      : select_top_k<0>(row, fp32, num_experts, top_k, lane);
+  const int my_id = 65535 - static_cast<int>(kth & 0xFFFFu);
 
   // Softmax over the selected values, lane k holding s_k (reference softmax_weights).
   const bool active = lane < top_k;
-  const float s = active ? __uint_as_float(logit_bits(row, p.logits_fp32, my_id)) : 0.0f;
+  const float s = active ? __uint_as_float(candidate_logit_bits(kth)) : 0.0f;
   const float m = __shfl_sync(kFullMask, s, 0);  // s_0 is the maximum in key order
   // NOTE: e_k = fp32(exp(double(s_k - m))), as the reference (docs/decisions/routing.md).
   const float e = active ? static_cast<float>(::exp(static_cast<double>(__fsub_rn(s, m)))) : 0.0f;
