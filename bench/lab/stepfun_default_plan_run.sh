@@ -2,13 +2,13 @@
 # One device call (about 9 minutes on the H200): the StepFun GPU suite, the Step-3.5 / FlashInfer
 # layer table on the default sm90 plans (mxfp8 tile 8 on the e4m3 units, bf16 / fp8 tile 64 on
 # the g8 units) with the torch _grouped_mm anchor on the same routing, the same rows on the main
-# units for the A/B, and where the single-launch routing kernel's time goes (ncu with and without
-# cache control; warp stall samples per SASS instruction).
+# units at the same tiles for the A/B, and the single-launch routing kernel's duration (ncu with
+# cache control).
 #
 #   bench/lab/stepfun_default_plan_run.sh OUTDIR        (OUTDIR: $OUT on the device machine)
 #
 # Files in OUTDIR (at most 8): summary.txt, test.log, layer.md, layer.json, anchor.txt, ab.txt,
-# routing_ncu.txt, routing_sass.csv.
+# routing_ncu.txt.
 set -uo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/common.sh"
@@ -65,20 +65,11 @@ note "anchor: rc $? ($((SECONDS - start)) s)"
 } >"$out/ab.txt" 2>&1
 note "ab: rc $?"
 
-# 4. The single-launch routing kernel at T 1: ncu with its cache control, then without.
-rargs=(--workload=step35 --family=bf16 --tokens=1 --reps=1)
-{
-  for cc in all none; do
-    echo "==== --cache-control $cc"
-    timeout 60 ncu --clock-control none --cache-control "$cc" -k regex:routing_single_kernel \
-      --launch-count 3 --section SpeedOfLight "$layer" "${rargs[@]}" 2>&1 | grep -E "Duration|Elapsed|==PROF=="
-  done
-  timeout 60 ncu --clock-control none -k regex:routing_single_kernel --launch-count 1 \
-    --section WarpStateStats --section SourceCounters --import-source yes -o "$work/routing" \
-    "$layer" "${rargs[@]}" >/dev/null 2>&1
-  echo "report: rc $?"
-} >"$out/routing_ncu.txt" 2>&1
-ncu -i "$work/routing.ncu-rep" --page source --csv --print-source sass >"$out/routing_sass.csv" 2>&1
+# 4. The routing kernel's duration at T 1 (ncu; the per-SASS stall samples of an earlier call are
+# in docs/performance/stepfun.md).
+timeout 60 ncu --clock-control none -k regex:routing_ --launch-count 4 --section SpeedOfLight \
+  "$layer" --workload=step35 --family=bf16 --tokens=1 --reps=1 2>&1 |
+  grep -E "routing_|Duration|Elapsed" >"$out/routing_ncu.txt"
 note "routing ncu: rc $?"
 grep -E 'T=' "$out/ab.txt" | tail -n 40
 cat "$summary"

@@ -55,45 +55,18 @@ CAKEMOE_DEVICE uint64_t warp_max_candidate(uint64_t v) {
   return (static_cast<uint64_t>(top) << 32) | low;
 }
 
-/// The largest of a lane's register candidates strictly below `bound`; 0 when there is none.
-template <int kPer>
-CAKEMOE_DEVICE uint64_t best_below(const uint64_t (&c)[kPer], uint64_t bound) {
-  uint64_t best = 0;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) best = (c[i] < bound && c[i] > best) ? c[i] : best;
-  return best;
-}
-
-/// The K best candidates of a row, lane k receiving the k-th (descending). Each lane keeps the
-/// best of its experts (j = lane, lane + 32, ...) below the last winner; only the lane that owned
-/// the winner looks again. kPer > 0: the lane's kPer candidates are loaded once (all in flight)
-/// and kept in registers (E <= 32 * kPer); kPer == 0: any E, re-read through L1.
-template <int kPer>
+/// The K best candidates of a row, lane k receiving the k-th (descending). Each lane keeps its
+/// best candidate below the last winner; only the lane that owned the winner looks again (its
+/// logits come back from L1). NOTE: a register-resident form (E / 32 candidates per lane, loaded
+/// once) measured the same on the H200 with twice the code (docs/performance/stepfun.md).
 CAKEMOE_DEVICE uint64_t select_top_k(const void* row, bool fp32, int num_experts, int top_k,
                                      int lane) {
-  uint64_t c[kPer > 0 ? kPer : 1];
-  uint64_t mine;
-  if constexpr (kPer > 0) {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int j = lane + kWarpSize * i;
-      c[i] = j < num_experts ? candidate(logit_key(logit_bits(row, fp32, j)), j) : 0;
-    }
-    mine = best_below(c, ~0ull);
-  } else {
-    mine = lane_best_below(row, fp32, num_experts, lane, ~0ull);
-  }
+  uint64_t mine = lane_best_below(row, fp32, num_experts, lane, ~0ull);
   uint64_t kth = 0;
   for (int k = 0; k < top_k; ++k) {
     const uint64_t winner = warp_max_candidate(mine);
     if (lane == k) kth = winner;
-    if (mine == winner) {
-      if constexpr (kPer > 0) {
-        mine = best_below(c, winner);
-      } else {
-        mine = lane_best_below(row, fp32, num_experts, lane, winner);
-      }
-    }
+    if (mine == winner) mine = lane_best_below(row, fp32, num_experts, lane, winner);
   }
   return kth;
 }
@@ -111,14 +84,7 @@ CAKEMOE_DEVICE void route_token_warp(const RoutingParams& p, int t, int lane) {
   const int top_k = p.top_k;
   const int64_t row_bytes = static_cast<int64_t>(num_experts) * (p.logits_fp32 ? 4 : 2);
   const void* row = static_cast<const char*>(p.logits) + static_cast<int64_t>(t) * row_bytes;
-  const bool fp32 = p.logits_fp32;
-  // NOTE: the register forms keep E / 32 candidates per lane (Step-3.5 E 288: 9 of 16 slots).
-  const uint64_t kth =
-      num_experts <= 2 * kWarpSize    ? select_top_k<2>(row, fp32, num_experts, top_k, lane)
-      : num_experts <= 4 * kWarpSize  ? select_top_k<4>(row, fp32, num_experts, top_k, lane)
-      : num_experts <= 8 * kWarpSize  ? select_top_k<8>(row, fp32, num_experts, top_k, lane)
-      : num_experts <= 16 * kWarpSize ? select_top_k<16>(row, fp32, num_experts, top_k, lane)
-                                      : select_top_k<0>(row, fp32, num_experts, top_k, lane);
+  const uint64_t kth = select_top_k(row, p.logits_fp32, num_experts, top_k, lane);
   const int my_id = 65535 - static_cast<int>(kth & 0xFFFFu);
 
   // Softmax over the selected values, lane k holding s_k (reference softmax_weights).
