@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (about 9 minutes on the H200): the StepFun GPU suite, the Step-3.5 / FlashInfer
+# One device call (about 3 minutes on the H200): the StepFun GPU suite, the Step-3.5 / FlashInfer
 # layer table on the default sm90 plans (mxfp8 tile 8 on the e4m3 units, bf16 / fp8 tile 64 on
 # the g8 units) with the torch _grouped_mm anchor on the same routing, the same rows on the main
 # units at the same tiles for the A/B, and the single-launch routing kernel's duration (ncu with
