@@ -2,8 +2,8 @@
 # One device call (under 10 minutes on the H200): build, the StepFun GPU suite, the decode rows of
 # the layer table (T 1 / 8 / 64, every family, both workloads), ncu of the single-launch routing
 # kernel (duration; warp stall samples per SASS line at the finest interval), then
-# compute-sanitizer runs in parallel (scripts/gpu-sanitize.sh --no-build, one process per
-# tool x group in RUNS) inside what is left of the call.
+# compute-sanitizer runs in parallel (scripts/gpu-sanitize-parallel.sh, one process per tool x
+# group in RUNS) inside what is left of the call.
 #
 #   bench/lab/stepfun_check_and_sanitize.sh OUTDIR
 #
@@ -65,28 +65,8 @@ RUNS=(${SANITIZE_RUNS:-memcheck:stepfun-gemm-variants racecheck:stepfun-gemm-var
       racecheck:stepfun-routing synccheck:stepfun-matrix initcheck:stepfun-matrix
       racecheck:stepfun-matrix racecheck:stepfun-shapes initcheck:bgmv-grouped
       racecheck:bgmv-kernels racecheck:bgmv-specialized racecheck:bgmv-grouped})
-left=$((deadline - SECONDS))
-note "sanitizers: ${#RUNS[@]} runs in parallel, budget $left s each"
-export CAKEMOE_GPU_HANG_SCALE=20
-for r in "${RUNS[@]}"; do
-  tool="${r%%:*}" group="${r#*:}"
-  CAKEMOE_SANITIZE_BUDGET=$left bash "$CAKEMOE_ROOT/scripts/gpu-sanitize.sh" "$work/san-$tool-$group" \
-    --no-build --group="$group" --tool="$tool" >"$work/san-$tool-$group.out" 2>&1 &
-done
-wait
-{
-  for r in "${RUNS[@]}"; do
-    d="$work/san-${r%%:*}-${r#*:}"
-    echo "==== $r"
-    grep -E '^(memcheck|racecheck|synccheck|initcheck) ' "$d/summary.txt" 2>/dev/null ||
-      tail -n 5 "$work/san-${r%%:*}-${r#*:}.out"
-  done
-  head -n 8 "$work"/san-*/summary.txt | head -n 9
-} >"$out/sanitize_summary.txt" 2>&1
-for d in "$work"/san-*/; do
-  echo "==== $d"
-  grep -hE '^========= |HANG|FAILED|SUMMARY' "$d"/*.log 2>/dev/null | head -n 40
-done >"$out/sanitize_logs.txt" 2>&1
-cat "$out/sanitize_summary.txt"
+note "sanitizers: ${#RUNS[@]} runs in parallel, budget $((deadline - SECONDS)) s each"
+SANITIZE_SECS=$((deadline - SECONDS)) CAKEMOE_BUILD_DIR="$build" \
+  bash "$CAKEMOE_ROOT/scripts/gpu-sanitize-parallel.sh" "$out" --no-build "${RUNS[@]}"
 grep -E 'T=' "$work/layer.log" | head -n 40
 cat "$summary"
