@@ -107,6 +107,21 @@ CAKEMOE_HD constexpr MainLoop main_loop() {
   return kE4m3 ? MainLoop::kMxE4m3 : is_dequant_family(F) ? MainLoop::kDequant : MainLoop::kSs;
 }
 
+/// Where row r of the tile's token operand comes from: FC1 the token of permuted row
+/// row_begin + r, FC2 that row of gemm2_input; -1 (a zero row) past the tile's valid rows or for
+/// a dropped token.
+CAKEMOE_DEVICE int32_t tile_row_source(const Fc1Params& p, const TileWork& w, int r) {
+  const int64_t row = w.row_begin + r;
+  if (row >= w.row_end) return -1;
+  const int32_t t = p.permuted_idx_to_token_idx[row];
+  return t >= 0 && t < p.num_tokens ? t : -1;
+}
+
+CAKEMOE_DEVICE int32_t tile_row_source(const Fc2Params&, const TileWork& w, int r) {
+  const int64_t row = w.row_begin + r;
+  return row < w.row_end ? static_cast<int32_t>(row) : -1;
+}
+
 /// Dynamic shared memory of a unit.
 template <Family F, int N, bool kE4m3 = false>
 CAKEMOE_HD constexpr int unit_smem_bytes() {
@@ -165,19 +180,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
     }
     ptx::fence_barrier_init();
   }
-  if (tid < N) {
-    const int64_t row = w.row_begin + tid;
-    int32_t src = -1;
-    if constexpr (kFc1) {
-      if (row < w.row_end) {
-        const int32_t t = p.permuted_idx_to_token_idx[row];
-        if (t >= 0 && t < p.num_tokens) src = t;
-      }
-    } else {
-      if (row < w.row_end) src = static_cast<int32_t>(row);
-    }
-    row_src[tid] = src;
-  }
+  if (tid < N) row_src[tid] = tile_row_source(p, w, tid);
   __syncthreads();
 
   if (tid < 128) {
@@ -315,19 +318,12 @@ void check_dq_alignment(const Fc2Params& p) {
                            "gemm2_weights_scale");
 }
 
-/// Binder (stepfun/gemm_params.h GemmBinder): the tensor map is encoded here, once; the closure
-/// only enqueues (no allocation, no host synchronisation, graph-capturable).
-template <Family F, bool kFc1, int N, bool kE4m3 = false, int kGroup = 1>
-GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>& p) {
-  using Params = GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>>;
-  static const bool configured = [] {
-    CAKEMOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_gemm_kernel<F, kFc1, N, kE4m3, kGroup>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            unit_smem_bytes<F, N, kE4m3>()));
-    return true;
-  }();
-  (void)configured;
-  Params params;
+/// The kernel parameters of a stage for the sm90 units: the shape checks the units need beyond
+/// the stage's validation, the weights' tensor map (encoded here, once) and the weight blocks.
+template <Family F, bool kFc1>
+GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>> sm90_gemm_params(
+    const std::conditional_t<kFc1, Fc1Params, Fc2Params>& p) {
+  GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>> params;
   params.p = p;
   const GemmShape shape = shape_of<F>(p);
   const int64_t k_elems = kFc1 ? p.hidden : p.intermediate;
@@ -344,6 +340,25 @@ GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>&
   const int64_t m_blocks =
       kFc1 ? shape.weight_rows / kBlockM : (shape.weight_rows + kBlockM - 1) / kBlockM;
   params.m_blocks = static_cast<int32_t>(m_blocks);
+  return params;
+}
+
+/// Lets `kernel` take `bytes` of dynamic shared memory (the caller keeps it to once per kernel).
+inline bool allow_smem(const void* kernel, int bytes) {
+  CAKEMOE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  return true;
+}
+
+/// Binder (stepfun/gemm_params.h GemmBinder): the tensor map is encoded here, once; the closure
+/// only enqueues (no allocation, no host synchronisation, graph-capturable).
+template <Family F, bool kFc1, int N, bool kE4m3 = false, int kGroup = 1>
+GemmEnqueue bind_sm90_gemm(const std::conditional_t<kFc1, Fc1Params, Fc2Params>& p) {
+  static const bool configured =
+      allow_smem(reinterpret_cast<const void*>(sm90_gemm_kernel<F, kFc1, N, kE4m3, kGroup>),
+                 unit_smem_bytes<F, N, kE4m3>());
+  (void)configured;
+  const auto params = sm90_gemm_params<F, kFc1>(p);
   // NOTE: max_ctas < 2^31 and m_blocks <= 2^14 (H, 2I <= 2^21): the product fits the 2-D grid.
   const LinearGrid g = linear_grid(grid_ctas(p.tables.max_ctas, params.m_blocks, kGroup));
   const dim3 grid(g.x, g.y);
