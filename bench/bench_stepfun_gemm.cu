@@ -134,7 +134,7 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 /// Whether `p` is on `path`: "default" (any), "sm90" (the main sm90 units), "simt", or
-/// "sm90-<variant>" (an sm90 variant unit pair: e4m3, g8).
+/// "sm90-<variant>" (an sm90 variant unit pair: e4m3, g8, p).
 bool on_path(const Plan& p, const std::string& path) {
   if (path == "default") return true;
   const std::string variant = unit_variant(p.fc1_kernel);

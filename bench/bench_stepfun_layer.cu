@@ -61,7 +61,7 @@ const char* kUsage =
     "  --family=bf16,fp8,...    families: bf16 fp8 mxfp8 nvfp4 nvfp4_bf16tok (default all)\n"
     "  --tokens=1,8,...         T values (default 1,8,64,512,4096,16384)\n"
     "  --path=sm90|simt|both    kernel path (default sm90: the default sm90 plan); sm90-main:\n"
-    "                           the main units only; sm90-e4m3, sm90-g8: that variant\n"
+    "                           the main units only; sm90-e4m3, sm90-g8, sm90-p: that variant\n"
     "  --reps=N                 timed replays per row, median reported (default 20)\n"
     "  --out=DIR                write DIR/stepfun_layer.md and DIR/stepfun_layer.json\n"
     "  --budget=SECONDS         start no new row past this wall time; keep what was measured\n"

@@ -157,6 +157,23 @@ TEST(Sm90TileConfig, DefaultChoiceNamesBuiltUnits) {
   EXPECT_STREQ(sm90_variant_name(Sm90Variant::kG8), "g8");
 }
 
+// The persistent variant: bf16 / fp8 decode tiles; two CTAs per SM with the staging tile beside
+// at least four stages, and its layout inside its shared memory.
+TEST(Sm90TileConfig, PersistentVariantIsSsDecodeAndFitsTwoCtasPerSm) {
+  for (Family f : kAllFamilies) {
+    for (int tile : {8, 16, 32, 64, 128, 256}) {
+      const bool ss = f == Family::kBF16 || f == Family::kFP8;
+      EXPECT_EQ(has_sm90_persistent_unit(f, tile), ss && tile <= 32) << family_name(f) << tile;
+      if (!has_sm90_persistent_unit(f, tile)) continue;
+      EXPECT_GE(p_stages_for(tile), 4) << tile;
+      EXPECT_LE(2 * (p_smem_bytes(tile) + 1024), 228 * 1024) << tile;
+      EXPECT_GE(p_staging_bytes(tile), tile * kFc2StageStride * 2);
+    }
+  }
+  EXPECT_EQ(p_stages_for(8), 6);
+  EXPECT_STREQ(sm90_variant_name(Sm90Variant::kPersistent), "p");
+}
+
 TEST(Sm90TileConfig, E4m3VariantIsMxfp8DecodeAndFitsSharedMemory) {
   for (Family f : kAllFamilies) {
     for (int tile : {8, 16, 32, 64, 128, 256}) {
@@ -264,6 +281,9 @@ TEST(Sm90TileConfig, GeneratedUnitFilesAreTheAdmittedTriples) {
           admitted.insert({stage,
                            std::string(family_name(family)) + "_g" + std::to_string(kRasterGroup),
                            tile});
+        }
+        if (has_sm90_persistent_unit(family, tile)) {
+          admitted.insert({stage, std::string(family_name(family)) + "_p", tile});
         }
       }
     }

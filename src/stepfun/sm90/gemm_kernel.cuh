@@ -183,6 +183,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
   if (tid < N) row_src[tid] = tile_row_source(p, w, tid);
   __syncthreads();
 
+  PipeState ps;  // the stage pipeline's position, per role
   if (tid < 128) {
     // Producer warpgroup
     if constexpr (kLoop == MainLoop::kMxE4m3) {
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
         dq_produce_weights<F, N, L>(&params.weights_map, smem, op, shape.weight_rows, w);
       } else if (tid >= 32) {
         produce_tokens<N, L>(shape.tokens, shape.token_row_bytes, row_src, smem, shape.num_k,
-                             tid - 32, MxTokenScales<N>{&op, row_src, smem});
+                             tid - 32, ps, MxTokenScales<N>{&op, row_src, smem});
       }
     } else if constexpr (kLoop == MainLoop::kDequant) {
       const DqOperands op = dq_operands<F>(p, shape, w.expert);
@@ -204,10 +205,10 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
       }
     } else {
       if (tid == 0) {
-        produce_weights<F, N>(&params.weights_map, smem, shape.num_k, shape.weight_rows, w);
+        produce_weights<F, N>(&params.weights_map, smem, shape.num_k, shape.weight_rows, w, ps);
       } else if (tid >= 32) {
         produce_tokens<N>(shape.tokens, shape.token_row_bytes, row_src, smem, shape.num_k,
-                          tid - 32);
+                          tid - 32, ps);
       }
     }
   } else {
@@ -219,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
     } else if constexpr (kLoop == MainLoop::kDequant) {
       dq_consume<F, N>(smem, dq_operands<F>(p, shape, w.expert), ctid / 128, acc);
     } else {
-      consume<F, N>(smem, shape.num_k, ctid / 128, acc);
+      consume<F, N>(smem, shape.num_k, ctid / 128, acc, ps);
     }
     if constexpr (kFc1) {
       fc1_epilogue<F, N>(p, w, row_src, acc, smem, ctid);

@@ -82,15 +82,14 @@ CAKEMOE_DEVICE void load_weight_box(uint8_t* dst, const CUtensorMap* map, uint64
   }
 }
 
-/// Producer, TMA thread: one 128-row x 128-byte weight box per stage.
-template <Family F, int N>
+/// Producer, TMA thread: one 128-row x 128-byte weight box per stage, from the pipeline's
+/// position `ps` on (a persistent CTA carries it from one tile to the next).
+template <Family F, int N, class L = SmemLayout<N>>
 CAKEMOE_DEVICE void produce_weights(const CUtensorMap* map, uint8_t* smem, int num_k, int64_t rows,
-                                    const TileWork& w) {
-  using L = SmemLayout<N>;
+                                    const TileWork& w, PipeState& ps) {
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
   const uint64_t policy = ptx::l2_policy_evict_first();
-  PipeState ps;
   for (int k = 0; k < num_k; ++k, ps.advance(L::kStages)) {
     ptx::mbarrier_wait_parity(&empty[ps.stage], ps.phase ^ 1);
     ptx::mbarrier_arrive_expect_tx(&full[ps.stage], a_stage_bytes());
@@ -114,19 +113,19 @@ struct NoTokenExtra {
 
 template <int N, class L = SmemLayout<N>, class Extra = NoTokenExtra>
 CAKEMOE_DEVICE void produce_tokens(const uint8_t* base, int64_t row_bytes, const int32_t* row_src,
-                                   uint8_t* smem, int num_k, int gtid,
+                                   uint8_t* smem, int num_k, int gtid, PipeState& ps,
                                    const Extra& extra = Extra()) {
   constexpr int kLookahead = L::kStages - 1 < 3 ? L::kStages - 1 : 3;
   static_assert(kLookahead >= 1, "the gather needs two stages");
   constexpr int kChunks = N * (kRowBytes / 16);
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
-  PipeState ps;
+  const int first = ps.stage;  // the stage of k is (first + k) % kStages
   for (int k = 0; k < num_k; ++k, ps.advance(L::kStages)) {
     if (k >= kLookahead) {
       ptx::cp_async_wait<kLookahead - 1>();
       ptx::fence_proxy_async_shared();
-      ptx::mbarrier_arrive(&full[(k - kLookahead) % L::kStages]);
+      ptx::mbarrier_arrive(&full[(first + k - kLookahead) % L::kStages]);
     }
     ptx::mbarrier_wait_parity(&empty[ps.stage], ps.phase ^ 1);
     uint8_t* stage = smem + L::kB + ps.stage * b_stage_bytes(N);
@@ -144,16 +143,16 @@ CAKEMOE_DEVICE void produce_tokens(const uint8_t* base, int64_t row_bytes, const
   ptx::cp_async_wait<0>();
   ptx::fence_proxy_async_shared();
   for (int k = num_k - kLookahead < 0 ? 0 : num_k - kLookahead; k < num_k; ++k) {
-    ptx::mbarrier_arrive(&full[k % L::kStages]);
+    ptx::mbarrier_arrive(&full[(first + k) % L::kStages]);
   }
 }
 
 /// Consumer warpgroup `group` (0, 1): acc[64 x N] = its 64 weight rows x the tile's tokens over
 /// the whole K. Each warp releases a stage (lane 0 arrives on `empty`) once its wgmma reads of it
-/// are complete.
-template <Family F, int N>
-CAKEMOE_DEVICE void consume(uint8_t* smem, int num_k, int group, float (&acc)[N / 2]) {
-  using L = SmemLayout<N>;
+/// are complete. Starts at the pipeline's position `ps` and leaves it after the tile's stages.
+template <Family F, int N, class L = SmemLayout<N>>
+CAKEMOE_DEVICE void consume(uint8_t* smem, int num_k, int group, float (&acc)[N / 2],
+                            PipeState& ps) {
   using Ops = SsOperands<F>;
   using Mma = typename Ops::template Mma<N>;
   constexpr int kMmas = kRowBytes / 32;  // bf16 k16 and e4m3 k32 both cover 32 bytes of a row
@@ -166,7 +165,6 @@ CAKEMOE_DEVICE void consume(uint8_t* smem, int num_k, int group, float (&acc)[N 
   float part[Ops::kPromote ? N / 2 : 1];
 #pragma unroll
   for (int i = 0; i < (Ops::kPromote ? N / 2 : 1); ++i) part[i] = 0.0f;
-  PipeState ps;
   int previous = -1;
   for (int k = 0; k < num_k; ++k, ps.advance(L::kStages)) {
     ptx::mbarrier_wait_parity(&full[ps.stage], ps.phase);

@@ -166,6 +166,38 @@ CAKEMOE_HD constexpr bool has_sm90_group_unit(Family family, int tile) {
   return is_ss_prefill_tile(family, tile);
 }
 
+// ---- Persistent SS units (the "p" variant, gemm_persistent.cuh) --------------------------------
+// Two CTAs per SM for the whole grid; each walks its share of the (tile, weight block) work in
+// the main units' order, carrying the stage pipeline from one item to the next, so the next
+// item's weight and token loads run while the consumers finish the last one (epilogue, stores)
+// and no CTA pays a launch, barrier init and pipeline fill per item. The epilogue stages its tile
+// in a region of its own (the stage buffers stay in use).
+
+/// Whether the persistent variant exists for (family, tile): bf16 / fp8 at the decode tiles,
+/// where a CTA streams 0.5-1 MB of weights and its fixed costs are a visible share.
+CAKEMOE_HD constexpr bool has_sm90_persistent_unit(Family family, int tile) {
+  return (family == Family::kBF16 || family == Family::kFP8) &&
+         (tile == 8 || tile == 16 || tile == 32);
+}
+
+/// The epilogue's staging tile: FC1 fp32 [tile][68], FC2 bf16 [tile][136], 272 bytes a row.
+CAKEMOE_HD constexpr int p_staging_bytes(int tile) { return tile * kFc1StageStride * 4; }
+static_assert(kFc1StageStride * 4 == kFc2StageStride * 2, "one staging size for both stages");
+
+/// Stages of a persistent CTA: what fits the two-per-SM budget beside the staging tile.
+CAKEMOE_HD constexpr int p_stages_for(int tile) {
+  const int budget = 108 * 1024 - p_staging_bytes(tile) - tile * 4 - 16 - 1024;
+  const int stages = budget / (a_stage_bytes() + b_stage_bytes(tile) + 16);
+  return stages > 8 ? 8 : stages;
+}
+
+/// Stages and their barriers, the row sources, the staging tile on a 16-byte boundary, and 1 KB
+/// to align the stage buffers to the 1024-byte swizzle atom.
+CAKEMOE_HD constexpr int p_smem_bytes(int tile) {
+  return p_stages_for(tile) * (a_stage_bytes() + b_stage_bytes(tile) + 16) + tile * 4 + 16 +
+         p_staging_bytes(tile) + 1024;
+}
+
 // ---- mxfp8 on e4m3 wgmma with per-block promotion (mainloop_mx.cuh, the "e4m3" variant) -------
 // A stage is 128 K elements as in the SS path (weights by TMA, token rows gathered raw, both
 // 128-byte swizzled) plus the weights' 128x4 scale group (512 bytes) and 4 scale bytes per token
@@ -192,11 +224,14 @@ CAKEMOE_HD constexpr int mx_smem_bytes(int tile) {
 // ---- The default sm90 plan: tile and unit variant per family and rows per expert ---------------
 
 /// The units an sm90 plan runs: the main ones, or a variant above (catalog KernelUnit::variant).
-enum class Sm90Variant : uint8_t { kMain, kE4m3, kG8 };
+enum class Sm90Variant : uint8_t { kMain, kE4m3, kG8, kPersistent };
 
 /// The catalog's variant string of `v` ("" for the main units).
 CAKEMOE_HD constexpr const char* sm90_variant_name(Sm90Variant v) {
-  return v == Sm90Variant::kE4m3 ? "e4m3" : v == Sm90Variant::kG8 ? "g8" : "";
+  return v == Sm90Variant::kE4m3        ? "e4m3"
+         : v == Sm90Variant::kG8         ? "g8"
+         : v == Sm90Variant::kPersistent ? "p"
+                                         : "";
 }
 
 struct Sm90Choice {
