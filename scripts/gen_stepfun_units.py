@@ -20,7 +20,7 @@ FAMILY_TILES = {
 E4M3_TILES = (8,)
 GROUP_UNITS = {"bf16": ("kBF16", (64,)), "fp8": ("kFP8", (64,))}
 RASTER_GROUP = 8
-PERSISTENT_UNITS = {"bf16": ("kBF16", (8, 16, 32)), "fp8": ("kFP8", (8, 16, 32))}
+PERSISTENT_UNITS = {"bf16": ("kBF16", (8, 16, 32, 64, 128)), "fp8": ("kFP8", (8, 16, 32, 64, 128))}
 STAGES = {"fc1": ("FC1 + SwiGLUStep (spec §5)", "true"), "fc2": ("FC2 (spec §7.1)", "false")}
 
 TEMPLATE = """// Kernel unit: StepFun {what}, {family} family, tile {tile}, sm90 wgmma{how}.

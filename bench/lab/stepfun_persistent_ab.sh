@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call (about 5 minutes on the H200): the persistent "p" units (bf16 / fp8, tiles
-# 8 / 16 / 32) against their main units — correctness first (the GPU test of the non-preferred
+# 8..128) against the default units — correctness first (the GPU test of the non-preferred
 # sm90 units), then the GEMM stages and the decode layer rows side by side — and compute-sanitizer
 # on the GEMM groups (scripts/gpu-sanitize-parallel.sh) in what is left of the call.
 #
@@ -35,11 +35,17 @@ CAKEMOE_GPU_HANG_SCALE=1 timeout 90 "$build/tests/test_gpu" \
 note "test: rc $? ($((SECONDS - t0)) s) $(grep -cE '^\[fc[12] (bf16|fp8)' "$out/test.log") bf16/fp8 cases"
 grep -E '^\[  FAILED|Failure|HANG' "$out/test.log" | head -n 5 | tee -a "$summary"
 {
+  gemm="$build/bench/bench_stepfun_gemm"
   for path in sm90 sm90-p; do
-    for tile in 8 16 32; do timeout 30 "$build/bench/bench_stepfun_gemm" bf16,fp8 8,64,512 "$path" "$tile"; done
+    for tile in 8 16 32; do timeout 30 "$gemm" bf16,fp8 8,64,512 "$path" "$tile"; done
   done
-  timeout 60 "$build/bench/bench_stepfun_layer" --family=bf16,fp8 --tokens=1,8,64,512 --path=sm90-p --reps=10
-  timeout 60 "$build/bench/bench_stepfun_layer" --family=bf16,fp8 --tokens=1,8,64,512 --path=sm90-main --reps=10
+  # Prefill: the default tile-64 units (g8) against the persistent ones at 64 and 128.
+  timeout 60 "$gemm" bf16,fp8 4096,16384 sm90-g8 64
+  timeout 60 "$gemm" bf16,fp8 4096,16384 sm90-p 64
+  timeout 60 "$gemm" bf16,fp8 4096,16384 sm90-p 128
+  for path in sm90-p sm90; do
+    timeout 90 "$build/bench/bench_stepfun_layer" --family=bf16,fp8 --path=$path --reps=10
+  done
 } >"$out/ab.txt" 2>&1
 note "ab: rc $?"
 SANITIZE_SECS=$((deadline - SECONDS)) CAKEMOE_BUILD_DIR="$build" \

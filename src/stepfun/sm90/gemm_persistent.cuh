@@ -1,7 +1,7 @@
 // The persistent sm90 FC1 / FC2 kernel for bf16 / fp8 (the "p" variant units, tile_config.h
-// has_sm90_persistent_unit) and its binder. Two CTAs per SM for the whole grid; CTA b takes the
-// work items b, b + grid, b + 2 grid, ... of the main units' order (item = token tile x 128-row
-// weight block, weight block fastest). The roles of gemm_kernel.cuh stay: warp 0 lane 0 streams
+// has_sm90_persistent_unit) and its binder. ctas_per_sm(tile) CTAs per SM for the whole grid; CTA
+// b takes the work items b, b + grid, b + 2 grid, ... (item = token tile x 128-row weight block,
+// in the order of cta_coord with raster group p_group(tile)). The roles of gemm_kernel.cuh stay: warp 0 lane 0 streams
 // weight boxes by TMA, warps 1..3 gather token rows, two consumer warpgroups multiply and run the
 // epilogue; each role walks the same items and carries its stage pipeline position from one item
 // to the next, so the producers fill the next item's stages while the consumers finish the last.
@@ -46,21 +46,23 @@ struct PersistentLayout {
 
 constexpr int kGatherBarrier = 2;  ///< named barrier of the gather warps (epilogue.cuh uses 1)
 
-/// Work items of the grid: live token tiles x weight blocks (the tables' count, read once).
-CAKEMOE_DEVICE int64_t persistent_items(const GemmTileTables& t, int32_t m_blocks) {
+/// Work items of the grid: the CTA numbers of the main kernel's grid up to the last live token
+/// tile's group (the tables' count, read once); the ids in it without work are skipped.
+CAKEMOE_DEVICE int64_t persistent_items(const GemmTileTables& t, int32_t m_blocks, int group) {
   const int64_t live = *t.num_non_exiting_ctas;
-  return (live < t.max_ctas ? live : t.max_ctas) * m_blocks;
+  return grid_ctas(live < t.max_ctas ? live : t.max_ctas, m_blocks, group);
 }
 
 template <Family F, bool kFc1, int N>
-__global__ void __launch_bounds__(kThreads, 2) sm90_gemm_persistent_kernel(
+__global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_persistent_kernel(
     const __grid_constant__ GemmParams<std::conditional_t<kFc1, Fc1Params, Fc2Params>> params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(F == Family::kBF16 || F == Family::kFP8, "the persistent units are SS units");
   using L = PersistentLayout<N>;
   ptx::griddep_enter();  // PDL: core/launch_pdl.h
   const auto& p = params.p;
-  const int64_t items = persistent_items(p.tables, params.m_blocks);
+  constexpr int kGroup = p_group(N);
+  const int64_t items = persistent_items(p.tables, params.m_blocks, kGroup);
   if (static_cast<int64_t>(blockIdx.x) >= items) return;
 
   extern __shared__ uint8_t smem_raw[];
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gemm_persistent_kernel(
   const auto walk = [&](auto&& run) {
     for (int64_t id = blockIdx.x; id < items; id += gridDim.x) {
       TileWork w;
-      if (tile_work_at(p.tables, p.num_experts, params.m_blocks, 1, id, &w)) run(w);
+      if (tile_work_at(p.tables, p.num_experts, params.m_blocks, kGroup, id, &w)) run(w);
     }
   };
   if (tid == 0) {
@@ -120,8 +122,9 @@ __global__ void __launch_bounds__(kThreads, 2) sm90_gemm_persistent_kernel(
 }
 
 #if defined(__CUDACC__)
-/// Binder of the persistent units: the main units' parameters, a grid of two CTAs per SM of the
-/// current device (capped at the largest number of items) and the closure that enqueues it.
+/// Binder of the persistent units: the main units' parameters, a grid of ctas_per_sm CTAs per SM
+/// of the current device (capped at the largest number of items) and the closure that enqueues
+/// it.
 template <Family F, bool kFc1, int N>
 GemmEnqueue bind_sm90_gemm_persistent(const std::conditional_t<kFc1, Fc1Params, Fc2Params>& p) {
   static const bool configured = allow_smem(
@@ -131,8 +134,9 @@ GemmEnqueue bind_sm90_gemm_persistent(const std::conditional_t<kFc1, Fc1Params, 
   int device = 0, sms = 0;
   CAKEMOE_CUDA_CHECK(cudaGetDevice(&device));
   CAKEMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t most = p.tables.max_ctas * params.m_blocks;
-  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(most, 2 * sms))));
+  const int64_t most = grid_ctas(p.tables.max_ctas, params.m_blocks, p_group(N));
+  const int64_t resident = int64_t{ctas_per_sm(N)} * sms;
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(most, resident))));
   return [params, grid](Stream stream) {
     core::launch_dependent(sm90_gemm_persistent_kernel<F, kFc1, N>, grid, dim3(kThreads),
                            p_smem_bytes(N), static_cast<cudaStream_t>(stream), params);

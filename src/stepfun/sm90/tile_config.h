@@ -167,26 +167,33 @@ CAKEMOE_HD constexpr bool has_sm90_group_unit(Family family, int tile) {
 }
 
 // ---- Persistent SS units (the "p" variant, gemm_persistent.cuh) --------------------------------
-// Two CTAs per SM for the whole grid; each walks its share of the (tile, weight block) work in
-// the main units' order, carrying the stage pipeline from one item to the next, so the next
-// item's weight and token loads run while the consumers finish the last one (epilogue, stores)
-// and no CTA pays a launch, barrier init and pipeline fill per item. The epilogue stages its tile
-// in a region of its own (the stage buffers stay in use).
+// As many CTAs as fit the SMs for the whole grid (two per SM up to tile 64, one at 128); each
+// walks its share of the (tile, weight block) work, carrying the stage pipeline from one item to
+// the next, so the next item's weight and token loads run while the consumers finish the last one
+// (epilogue, stores) and no CTA pays a launch, barrier init and pipeline fill per item. The
+// epilogue stages its tile in a region of its own (the stage buffers stay in use).
 
-/// Whether the persistent variant exists for (family, tile): bf16 / fp8 at the decode tiles,
-/// where a CTA streams 0.5-1 MB of weights and its fixed costs are a visible share.
+/// Whether the persistent variant exists for (family, tile): bf16 / fp8 at the decode tiles 8..32,
+/// where a CTA streams 0.5-1 MB of weights and its fixed costs are a visible share, and at the
+/// prefill tiles 64 / 128 (tile 128 with one CTA per SM measured 0.69x of tile 64 in the main
+/// units, which cannot overlap an epilogue with the next tile's loads).
 CAKEMOE_HD constexpr bool has_sm90_persistent_unit(Family family, int tile) {
   return (family == Family::kBF16 || family == Family::kFP8) &&
-         (tile == 8 || tile == 16 || tile == 32);
+         (tile == 8 || tile == 16 || tile == 32 || tile == 64 || tile == 128);
 }
+
+/// The raster group of a persistent unit's walk: the main units' order at the decode tiles, the
+/// "g8" units' groups of 8 tiles at prefill.
+CAKEMOE_HD constexpr int p_group(int tile) { return tile >= 64 ? kRasterGroup : 1; }
 
 /// The epilogue's staging tile: FC1 fp32 [tile][68], FC2 bf16 [tile][136], 272 bytes a row.
 CAKEMOE_HD constexpr int p_staging_bytes(int tile) { return tile * kFc1StageStride * 4; }
 static_assert(kFc1StageStride * 4 == kFc2StageStride * 2, "one staging size for both stages");
 
-/// Stages of a persistent CTA: what fits the two-per-SM budget beside the staging tile.
+/// Stages of a persistent CTA: what fits its share of the SM (ctas_per_sm) beside the staging tile.
 CAKEMOE_HD constexpr int p_stages_for(int tile) {
-  const int budget = 108 * 1024 - p_staging_bytes(tile) - tile * 4 - 16 - 1024;
+  const int share = ctas_per_sm(tile) == 2 ? 108 * 1024 : 216 * 1024;
+  const int budget = share - p_staging_bytes(tile) - tile * 4 - 16 - 1024;
   const int stages = budget / (a_stage_bytes() + b_stage_bytes(tile) + 16);
   return stages > 8 ? 8 : stages;
 }
