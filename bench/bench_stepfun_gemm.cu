@@ -144,6 +144,13 @@ bool on_path(const Plan& p, const std::string& path) {
 
 /// The plan whose path is `path` ("default": the default plan) at `tile` (0: the plan's own).
 Plan pick_plan(const ProblemDesc& problem, const Options& o) {
+  if (o.tile != 0 && o.path.rfind("sm90", 0) == 0) {
+    // sm90 units by name: also the variants plans_for does not offer yet.
+    const std::string variant = o.path == "sm90" ? "" : o.path.substr(5);
+    if (const auto plan = sm90_variant_plan(problem, static_cast<int>(o.tile), variant)) {
+      return *plan;
+    }
+  }
   for (const Plan& p : plans_for(problem)) {
     if (on_path(p, o.path) && (o.tile == 0 || p.tile == o.tile)) return p;
   }

@@ -189,7 +189,15 @@ std::optional<Plan> plan_for_path(const Workload& w, Family f, int64_t tokens,
     if (plan.tile == plans.front().tile) return plan;
     if (!first) first = plan;
   }
-  return first;
+  if (first || path.rfind("sm90-", 0) != 0 || path == "sm90-main") return first;
+  // A variant plans_for does not offer yet: its units by name, at the default tile if it has
+  // them there, else at the first tile of the ladder that does.
+  const std::string variant = path.substr(5);
+  if (auto plan = sm90_variant_plan(p, plans.front().tile, variant)) return plan;
+  for (int tile : tile_ladder()) {
+    if (auto plan = sm90_variant_plan(p, tile, variant)) return plan;
+  }
+  return std::nullopt;
 }
 
 std::string plan_text(const Plan& plan) {

@@ -91,9 +91,9 @@ struct ProblemDesc {
 /// Candidate plans: the native tile window (prev, center, next, next^2) on the dense ladder
 /// 8..256; per tile, on SM90, the tile's measured sm90 plan, then the other sm90 plans of that
 /// tile (the main units and the variants, units named sm90_*_<variant>_t<tile>: mxfp8 "e4m3" at
-/// tile 8, bf16 / fp8 "g8" at tile 64 and "p" (persistent) at tiles 8..128), then the portable
-/// one. On SM90 the measured sm90 plan (tile and unit variant)
-/// for T*K/E_loc comes first (when its units exist).
+/// tile 8, bf16 / fp8 "g8" at tile 64; variants compiled but not yet run on a GPU are left out),
+/// then the portable one. On SM90 the measured sm90 plan (tile and unit variant) for T*K/E_loc
+/// comes first (when its units exist).
 std::vector<Plan> plans_for(const ProblemDesc& problem);
 /// The first candidate: on SM90 the measured sm90 plan, elsewhere the smallest tile (the native
 /// rule of spec §8).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,11 @@ bool unit_takes_shape(const KernelUnit& unit, Family family, int64_t hidden);
 /// The first of find_units that takes a problem of hidden size `hidden` (unit_takes_shape): the
 /// unit a stage runs when no plan names one. nullptr when none does.
 const KernelUnit* preferred_unit(Stage stage, Family family, int tile, Arch arch, int64_t hidden);
+/// The sm90 plan of `problem` at `tile` on the units of `variant` ("" the main units), offered by
+/// plans_for or not (tile_config.h sm90_variant_offered): how benches and tests reach a variant
+/// not yet among the candidates. nullopt when those units do not exist or take the shape.
+std::optional<Plan> sm90_variant_plan(const ProblemDesc& problem, int tile,
+                                      const std::string& variant);
 /// The variant of the kernel unit named `name` (KernelUnit::variant): "" for a stage's main unit,
 /// a CPU unit or an unknown name.
 std::string unit_variant(const std::string& name);

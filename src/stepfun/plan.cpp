@@ -1,6 +1,8 @@
 // Plan selection (spec §8): the native tile window on the dense ladder, filtered by the catalog.
 #include <algorithm>
+#include <optional>
 #include <ostream>
+#include <string>
 
 #include "cakemoe/errors.h"
 #include "cakemoe/stepfun.h"
@@ -70,6 +72,7 @@ std::vector<Plan> plans_for(const ProblemDesc& problem) {
       for (const KernelUnit* fc2 : find_units(Stage::kFc2, problem.family, tile, arch)) {
         if (fc1->arch != fc2->arch || fc1->variant != fc2->variant) continue;
         if (sm90_variant && (fc1->arch != Arch::kSm90 || fc1->variant != sm90_variant)) continue;
+        if (fc1->arch == Arch::kSm90 && !sm90::sm90_variant_offered(fc1->variant)) continue;
         if (!unit_takes_shape(*fc1, problem.family, problem.hidden_size)) continue;
         plans.push_back(make_plan(problem, tile, *fc1, *fc2, arch));
       }
@@ -94,6 +97,22 @@ std::vector<Plan> plans_for(const ProblemDesc& problem) {
   }
   plans.swap(unique);
   return plans;
+}
+
+std::optional<Plan> sm90_variant_plan(const ProblemDesc& problem, int tile,
+                                      const std::string& variant) {
+  validate_problem(problem);
+  const Arch arch = arch_of(problem.device);
+  for (const KernelUnit* fc1 : find_units(Stage::kFc1, problem.family, tile, arch)) {
+    if (fc1->arch != Arch::kSm90 || fc1->variant != variant) continue;
+    if (!unit_takes_shape(*fc1, problem.family, problem.hidden_size)) continue;
+    for (const KernelUnit* fc2 : find_units(Stage::kFc2, problem.family, tile, arch)) {
+      if (fc2->arch == Arch::kSm90 && fc2->variant == variant) {
+        return make_plan(problem, tile, *fc1, *fc2, arch);
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 Plan default_plan(const ProblemDesc& problem) {

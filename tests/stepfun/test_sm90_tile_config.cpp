@@ -175,6 +175,21 @@ TEST(Sm90TileConfig, PersistentVariantIsSsAndFitsItsCtasPerSm) {
   EXPECT_STREQ(sm90_variant_name(Sm90Variant::kPersistent), "p");
 }
 
+// plans_for (and so autotune) offers the measured variants only; the default plan's units are
+// always among them.
+TEST(Sm90TileConfig, OfferedVariantsAreTheMeasuredOnes) {
+  EXPECT_TRUE(sm90_variant_offered(""));
+  EXPECT_TRUE(sm90_variant_offered("e4m3"));
+  EXPECT_TRUE(sm90_variant_offered("g8"));
+  EXPECT_FALSE(sm90_variant_offered("p"));
+  for (Family f : kAllFamilies) {
+    for (int tile : {8, 16, 32, 64, 128, 256}) {
+      EXPECT_TRUE(sm90_variant_offered(sm90_variant_name(sm90_tile_variant(f, tile))))
+          << family_name(f) << " " << tile;
+    }
+  }
+}
+
 TEST(Sm90TileConfig, E4m3VariantIsMxfp8DecodeAndFitsSharedMemory) {
   for (Family f : kAllFamilies) {
     for (int tile : {8, 16, 32, 64, 128, 256}) {

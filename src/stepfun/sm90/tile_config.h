@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "cakemoe/stepfun.h"
 #include "core/macros.h"
@@ -257,6 +258,13 @@ CAKEMOE_HD constexpr Sm90Variant sm90_tile_variant(Family family, int tile) {
   if (has_sm90_e4m3_unit(family, tile)) return Sm90Variant::kE4m3;
   if (has_sm90_group_unit(family, tile)) return Sm90Variant::kG8;
   return Sm90Variant::kMain;
+}
+
+/// Whether plans_for offers the plans of the variant named `name` (KernelUnit::variant), and so
+/// the opt-in autotune measures them: every variant but those compiled and not yet run on a GPU
+/// ("p"), which stay reachable by name (sm90_variant_plan, the benches, the GPU tests).
+inline bool sm90_variant_offered(const std::string& name) {
+  return name != sm90_variant_name(Sm90Variant::kPersistent);
 }
 
 /// The default sm90 plan of `family` at avg = ceil(T*K / E_loc) routed rows per local expert:
