@@ -32,9 +32,11 @@ fi
 t0=$SECONDS
 CAKEMOE_GPU_HANG_SCALE=1 timeout 90 "$build/tests/test_gpu" \
   --gtest_filter='StepfunGemmGpu.NonPreferred*' >"$out/test.log" 2>&1
-note "test: rc $? ($((SECONDS - t0)) s) $(grep -cE '^\[fc[12] (bf16|fp8)' "$out/test.log") bf16/fp8 cases"
+test_rc=$?
+note "test: rc $test_rc ($((SECONDS - t0)) s) $(grep -cE '^\[fc[12] (bf16|fp8)' "$out/test.log") bf16/fp8 cases"
 grep -E '^\[  FAILED|Failure|HANG' "$out/test.log" | head -n 5 | tee -a "$summary"
-{
+# A failed or hung persistent unit would stall every bench below: go to the sanitizers.
+((test_rc == 0)) && {
   gemm="$build/bench/bench_stepfun_gemm"
   for path in sm90 sm90-p; do
     for tile in 8 16 32; do timeout 30 "$gemm" bf16,fp8 8,64,512 "$path" "$tile"; done
@@ -48,11 +50,12 @@ grep -E '^\[  FAILED|Failure|HANG' "$out/test.log" | head -n 5 | tee -a "$summar
   done
 } >"$out/ab.txt" 2>&1
 note "ab: rc $?"
+runs=(memcheck:stepfun-gemm-fc1 memcheck:stepfun-gemm-fc2 synccheck:stepfun-gemm-fc1
+      synccheck:stepfun-gemm-fc2 initcheck:stepfun-gemm-fc1 initcheck:stepfun-gemm-fc2
+      racecheck:stepfun-gemm-fc1 racecheck:stepfun-gemm-fc2 memcheck:stepfun-routing)
+((test_rc == 0)) && runs+=(memcheck:stepfun-gemm-variants synccheck:stepfun-gemm-variants
+                           racecheck:stepfun-gemm-variants)
 SANITIZE_SECS=$((deadline - SECONDS)) CAKEMOE_BUILD_DIR="$build" \
-  bash "$CAKEMOE_ROOT/scripts/gpu-sanitize-parallel.sh" "$out" --no-build \
-  memcheck:stepfun-gemm-fc1 memcheck:stepfun-gemm-fc2 synccheck:stepfun-gemm-fc1 \
-  synccheck:stepfun-gemm-fc2 initcheck:stepfun-gemm-fc1 initcheck:stepfun-gemm-fc2 \
-  racecheck:stepfun-gemm-fc1 racecheck:stepfun-gemm-fc2 memcheck:stepfun-gemm-variants \
-  synccheck:stepfun-gemm-variants racecheck:stepfun-gemm-variants memcheck:stepfun-routing
+  bash "$CAKEMOE_ROOT/scripts/gpu-sanitize-parallel.sh" "$out" --no-build "${runs[@]}"
 grep -E 'fc1|T=' "$out/ab.txt" | head -n 60
 cat "$summary"
