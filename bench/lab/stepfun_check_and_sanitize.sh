@@ -60,6 +60,7 @@ ncu -i "$work/routing.ncu-rep" --page source --csv --print-source sass >"$out/ro
 note "routing ncu: rc $?"
 
 # Sanitizers: one process per (tool, group), all at once, each with the time left.
+# shellcheck disable=SC2206  # SANITIZE_RUNS: whitespace-separated TOOL:GROUP words
 RUNS=(${SANITIZE_RUNS:-memcheck:stepfun-gemm-variants racecheck:stepfun-gemm-variants
       synccheck:stepfun-gemm-variants initcheck:stepfun-gemm-variants memcheck:stepfun-routing
       racecheck:stepfun-routing synccheck:stepfun-matrix initcheck:stepfun-matrix
