@@ -175,6 +175,32 @@ TEST(Sm90TileConfig, PersistentVariantIsSsAndFitsItsCtasPerSm) {
   EXPECT_STREQ(sm90_variant_name(Sm90Variant::kPersistent), "p");
 }
 
+// The persistent walk (gemm_persistent.cuh): CTA b of `grid` takes ids b, b + grid, ... below
+// grid_ctas(live tiles, m_blocks, p_group(tile)); together they cover every (live tile, weight
+// block) exactly once, whatever the grid, and no id names a tile past the live ones as work.
+TEST(Sm90TileConfig, PersistentWalkCoversEveryLiveItemOnce) {
+  for (int tile : {8, 64, 128}) {
+    const int group = p_group(tile);
+    for (int32_t m_blocks : {1, 3, 24}) {
+      for (int64_t live : {1, 7, 8, 61}) {
+        for (int64_t grid : {1, 5, 132, 264, 10000}) {
+          const int64_t items = grid_ctas(live, m_blocks, group);
+          std::set<std::pair<int64_t, int32_t>> seen;
+          for (int64_t b = 0; b < grid && b < items; ++b) {
+            for (int64_t id = b; id < items; id += grid) {
+              const CtaCoord c = cta_coord(id, m_blocks, group);
+              if (c.tile >= live) continue;  // tile_work_at: no work
+              EXPECT_TRUE(seen.insert({c.tile, c.m_block}).second) << id;
+            }
+          }
+          EXPECT_EQ(seen.size(), static_cast<size_t>(live * m_blocks))
+              << tile << " " << m_blocks << " " << live << " " << grid;
+        }
+      }
+    }
+  }
+}
+
 // plans_for (and so autotune) offers the measured variants only; the default plan's units are
 // always among them.
 TEST(Sm90TileConfig, OfferedVariantsAreTheMeasuredOnes) {
