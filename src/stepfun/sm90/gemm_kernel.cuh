@@ -18,6 +18,7 @@
 #include "core/cuda_check.h"
 #include "core/launch_pdl.h"
 #include "formats/layouts.h"
+#include "ptx/mbarrier.cuh"
 #include "ptx/sync.cuh"
 #include "stepfun/sm90/epilogue.cuh"
 #include "stepfun/sm90/mainloop_mx.cuh"
@@ -122,6 +123,24 @@ CAKEMOE_DEVICE int32_t tile_row_source(const Fc2Params&, const TileWork& w, int 
   return row < w.row_end ? static_cast<int32_t>(row) : -1;
 }
 
+/// The CTA's dynamic shared memory from its first 1024-byte boundary (the 128-byte swizzle atom
+/// of the stage buffers; the units ask for 1 KB more than their layout).
+CAKEMOE_DEVICE uint8_t* swizzle_aligned_smem() {
+  extern __shared__ uint8_t smem_raw[];
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                    ~uintptr_t(1023));
+}
+
+/// The stage pipeline's barriers (thread 0): a stage is full once `writers` have arrived (the
+/// TMA thread with its bytes, the token writers), empty once `releases` consumer arrivals have.
+CAKEMOE_DEVICE void init_stage_barriers(uint64_t* full, uint64_t* empty, int stages, int writers,
+                                        int releases) {
+  for (int s = 0; s < stages; ++s) {
+    ptx::mbarrier_init(&full[s], writers);
+    ptx::mbarrier_init(&empty[s], releases);
+  }
+}
+
 /// Dynamic shared memory of a unit.
 template <Family F, int N, bool kE4m3 = false>
 CAKEMOE_HD constexpr int unit_smem_bytes() {
@@ -150,10 +169,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
   const bool has_work = tile_work_at(p.tables, p.num_experts, params.m_blocks, kGroup, id, &w);
   if (!has_work) return;
 
-  // Carve shared memory (stage buffers on the 1024-byte swizzle atom)
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = swizzle_aligned_smem();
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
   auto* row_src = reinterpret_cast<int32_t*>(smem + L::kRowSrc);
@@ -167,10 +183,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_kernel(
     constexpr int kReleases = kLoop == MainLoop::kSs        ? kConsumerWarps
                               : kLoop == MainLoop::kDequant ? kDqEmptyArrivals
                                                             : kMxEmptyArrivals;
-    for (int s = 0; s < L::kStages; ++s) {
-      ptx::mbarrier_init(&full[s], 1 + kTokenWriters);
-      ptx::mbarrier_init(&empty[s], kReleases);
-    }
+    init_stage_barriers(full, empty, L::kStages, 1 + kTokenWriters, kReleases);
     if constexpr (kLoop == MainLoop::kDequant) {
       for (int s = 0; s < L::kRing; ++s) {
         ptx::mbarrier_init(reinterpret_cast<uint64_t*>(smem + L::kRingFull) + s, kDqCopyThreads);

@@ -28,18 +28,14 @@ namespace cakemoe {
 namespace stepfun {
 namespace sm90 {
 
-/// Shared-memory carve-up of a persistent CTA: SmemLayout's members plus the epilogue's own
-/// staging tile (the stage buffers hold the next item's operands while the epilogue runs).
+/// Shared-memory carve-up of a persistent CTA: SmemLayout with p_stages_for(N) stages plus the
+/// epilogue's own staging tile (the stage buffers hold the next item's operands while the
+/// epilogue runs).
 template <int N>
-struct PersistentLayout {
-  static constexpr int kStages = p_stages_for(N);
-  static constexpr int kA = 0;
-  static constexpr int kB = kStages * a_stage_bytes();
-  static constexpr int kFull = kB + kStages * b_stage_bytes(N);
-  static constexpr int kEmpty = kFull + kStages * 8;
-  static constexpr int kRowSrc = kEmpty + kStages * 8;
-  static constexpr int kStaging = (kRowSrc + N * 4 + 15) / 16 * 16;
-  static_assert(kStages >= 2, "the gather needs two stages");
+struct PersistentLayout : SmemLayout<N, p_stages_for(N)> {
+  using Base = SmemLayout<N, p_stages_for(N)>;
+  static constexpr int kStaging = (Base::kEnd + 15) / 16 * 16;
+  static_assert(Base::kStages >= 2, "the gather needs two stages");
   static_assert(kStaging + p_staging_bytes(N) + 1024 <= p_smem_bytes(N),
                 "tile_config.h p_smem_bytes is too small");
 };
@@ -65,19 +61,14 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(N)) sm90_gemm_persistent
   const int64_t items = persistent_items(p.tables, params.m_blocks, kGroup);
   if (static_cast<int64_t>(blockIdx.x) >= items) return;
 
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = swizzle_aligned_smem();
   auto* full = reinterpret_cast<uint64_t*>(smem + L::kFull);
   auto* empty = reinterpret_cast<uint64_t*>(smem + L::kEmpty);
   auto* row_src = reinterpret_cast<int32_t*>(smem + L::kRowSrc);
   const GemmShape shape = shape_of<F>(p);
   const int tid = threadIdx.x;
   if (tid == 0) {
-    for (int s = 0; s < L::kStages; ++s) {
-      ptx::mbarrier_init(&full[s], 1 + kGatherThreads);
-      ptx::mbarrier_init(&empty[s], kConsumerWarps);
-    }
+    init_stage_barriers(full, empty, L::kStages, 1 + kGatherThreads, kConsumerWarps);
     ptx::fence_barrier_init();
   }
   __syncthreads();

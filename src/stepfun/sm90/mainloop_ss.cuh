@@ -45,16 +45,19 @@ struct SsOperands<Family::kFP8> {
   using Mma = ptx::WgmmaE4m3SS<N>;
 };
 
-/// Shared-memory carve-up of one CTA (offsets from the 1024-aligned base).
-template <int N>
+/// Shared-memory carve-up of one CTA with `S` stages (offsets from the 1024-aligned base): the
+/// main units' S = stages_for(N); the persistent units' layout extends it with fewer.
+template <int N, int S = stages_for(N)>
 struct SmemLayout {
-  static constexpr int kStages = stages_for(N);
+  static constexpr int kStages = S;
   static constexpr int kA = 0;
   static constexpr int kB = kStages * a_stage_bytes();
   static constexpr int kFull = kB + kStages * b_stage_bytes(N);
   static constexpr int kEmpty = kFull + kStages * 8;
   static constexpr int kRowSrc = kEmpty + kStages * 8;
-  static_assert(kRowSrc + N * 4 + 1024 <= smem_bytes(N), "tile_config.h smem_bytes is too small");
+  static constexpr int kEnd = kRowSrc + N * 4;  ///< first byte past the layout
+  static_assert(S != stages_for(N) || kEnd + 1024 <= smem_bytes(N),
+                "tile_config.h smem_bytes is too small");
 };
 
 /// A ring's position (the stage pipeline's, or the dequant path's raw token ring): index and the
