@@ -62,6 +62,23 @@ cakemoe_configure() {
   cmake "${args[@]}" "$@"
 }
 
+# cakemoe_build_gpu_units BUILD_DIR LOG JOBS [cmake arguments...] -- TARGETS...
+# The GPU scripts' build: every kernel unit, tests and benches, no header check and no Python
+# module; configures BUILD_DIR and builds TARGETS, all output to LOG.
+cakemoe_build_gpu_units() {
+  local build="$1" log="$2" jobs="$3"
+  shift 3
+  local cmake_args=()
+  while (($# > 0)) && [[ "$1" != -- ]]; do
+    cmake_args+=("$1")
+    shift
+  done
+  (($# > 0)) && shift  # --
+  { cakemoe_configure "$build" all -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON \
+      -DCAKEMOE_HEADER_CHECK=OFF -DCAKEMOE_BUILD_PYTHON=OFF "${cmake_args[@]}" &&
+    cakemoe_build "$build" "$jobs" "$@"; } >"$log" 2>&1
+}
+
 # cakemoe_build BUILD_DIR JOBS [targets...]
 cakemoe_build() {
   local build="$1" jobs="$2"

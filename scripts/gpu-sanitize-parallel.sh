@@ -20,9 +20,7 @@ if [[ "${1:-}" == --no-build ]]; then
 else
   export CAKEMOE_WITH_CUDA=ON
   cakemoe_cuda_path
-  if ! { cakemoe_configure "$build" all -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_HEADER_CHECK=OFF \
-           -DCAKEMOE_BUILD_PYTHON=OFF && cmake --build "$build" -j "$(nproc)" --target test_gpu; } \
-         >"$work/build.log" 2>&1; then
+  if ! cakemoe_build_gpu_units "$build" "$work/build.log" "$(nproc)" -- test_gpu; then
     echo "build: FAILED"; tail -n 30 "$work/build.log"; exit 1
   fi
 fi

@@ -27,11 +27,12 @@ note() { echo "$*" | tee -a "$summary"; }
 note "commit: ${CAKEMOE_COMMIT:-$(git -C "$CAKEMOE_ROOT" rev-parse --short HEAD 2>/dev/null)}"
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null)"
 start=$SECONDS
-if cakemoe_configure "$build" all -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON \
-     -DCAKEMOE_HEADER_CHECK=OFF -DCAKEMOE_BUILD_PYTHON=OFF >"$out/build.log" 2>&1 &&
-   cmake --build "$build" -j "$jobs" --target test_gpu cakemoe_cli \
-     $(ls "$CAKEMOE_ROOT"/bench/bench_stepfun*.c* 2>/dev/null | xargs -n1 basename | sed 's/\..*//') \
-     >>"$out/build.log" 2>&1; then
+benches=()  # one target per bench source
+for f in "$CAKEMOE_ROOT"/bench/bench_stepfun*.c*; do
+  name="${f##*/}"
+  [[ -e "$f" ]] && benches+=("${name%%.*}")
+done
+if cakemoe_build_gpu_units "$build" "$out/build.log" "$jobs" -- test_gpu cakemoe_cli "${benches[@]}"; then
   note "build: ok ($((SECONDS - start)) s)"
 else
   note "build: FAILED ($((SECONDS - start)) s)"; tail -n 40 "$out/build.log"; exit 1

@@ -25,11 +25,8 @@ note "commit: ${CAKEMOE_COMMIT:-$(git -C "$CAKEMOE_ROOT" rev-parse --short HEAD 
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 
 start=$SECONDS
-if cakemoe_configure "$build" all -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON \
-     -DCAKEMOE_HEADER_CHECK=OFF -DCAKEMOE_BUILD_PYTHON=OFF -DCMAKE_CUDA_FLAGS=-lineinfo \
-     >"$work/build.log" 2>&1 &&
-   cmake --build "$build" -j "$(nproc)" --target test_gpu bench_stepfun_layer bench_stepfun_gemm \
-     >>"$work/build.log" 2>&1; then
+if cakemoe_build_gpu_units "$build" "$work/build.log" "$(nproc)" -DCMAKE_CUDA_FLAGS=-lineinfo -- \
+     test_gpu bench_stepfun_layer bench_stepfun_gemm; then
   note "build: ok ($((SECONDS - start)) s)"
 else
   note "build: FAILED"; tail -n 40 "$work/build.log" | tee -a "$summary"; exit 1

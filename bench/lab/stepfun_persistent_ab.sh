@@ -21,10 +21,8 @@ note() { echo "$*" | tee -a "$summary"; }
 : >"$summary"
 note "commit: ${CAKEMOE_COMMIT:-unknown}; gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 t0=$SECONDS
-if cakemoe_configure "$build" all -DCAKEMOE_BUILD_TESTS=ON -DCAKEMOE_BUILD_BENCH=ON \
-     -DCAKEMOE_HEADER_CHECK=OFF -DCAKEMOE_BUILD_PYTHON=OFF >/tmp/p_build.log 2>&1 &&
-   cmake --build "$build" -j "$(nproc)" --target test_gpu bench_stepfun_gemm bench_stepfun_layer \
-     >>/tmp/p_build.log 2>&1; then
+if cakemoe_build_gpu_units "$build" /tmp/p_build.log "$(nproc)" -- \
+     test_gpu bench_stepfun_gemm bench_stepfun_layer; then
   note "build: ok ($((SECONDS - t0)) s)"
 else
   note "build: FAILED"; tail -n 40 /tmp/p_build.log | tee -a "$summary"; exit 1
